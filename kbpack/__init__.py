@@ -1,0 +1,17 @@
+"""kbpack: portable single-file HDF5 knowledge packs, built and searched offline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from kbpack.api import Pack
+
+
+def open(path: str, **kwargs: Any) -> Pack:  # noqa: A001 - mirrors the built-in on purpose
+    """Open a pack read-only for searching: ``kbpack.open("docs.kbpack").search("...")``."""
+    from kbpack.api import Pack
+
+    return Pack(path, **kwargs)
