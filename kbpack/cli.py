@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
+
 import click
 
 from kbpack import __version__
@@ -20,18 +22,42 @@ from kbpack import __version__
 # name -> (module, attribute, one-line help). The help is here so --help imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "build": ("kbpack.commands.build", "build", "Build a pack from folders and files."),
-    "update": ("kbpack.commands.build", "update", "Rebuild a pack, reusing unchanged documents."),
+    "update": ("kbpack.commands.update", "update", "Rebuild a pack, reusing unchanged documents."),
     "query": ("kbpack.commands.query", "query", "Search a pack; answers carry citations."),
-    "inspect": ("kbpack.commands.inspect", "inspect", "Show what a pack holds and how it was made."),
-    "export": ("kbpack.commands.inspect", "export", "Dump chunks, sections or documents as JSON lines."),
-    "verify": ("kbpack.commands.verify", "verify", "Check a pack's bytes, signature and invariants."),
+    "inspect": (
+        "kbpack.commands.inspect",
+        "inspect",
+        "Show what a pack holds and how it was made.",
+    ),
+    "export": (
+        "kbpack.commands.inspect",
+        "export",
+        "Dump chunks, sections or documents as JSON lines.",
+    ),
+    "verify": (
+        "kbpack.commands.verify",
+        "verify",
+        "Check a pack's bytes, signature and invariants.",
+    ),
     "keygen": ("kbpack.commands.verify", "keygen", "Make an Ed25519 key pair for signing packs."),
     "sign": ("kbpack.commands.verify", "sign", "Sign a pack's manifest (HDF5 bytes untouched)."),
     "diff": ("kbpack.commands.diff", "diff", "Show what changed between two packs."),
-    "migrate": ("kbpack.commands.diff", "migrate", "Upgrade a pack's format or re-embed it with a new model."),
+    "migrate": (
+        "kbpack.commands.diff",
+        "migrate",
+        "Upgrade a pack's format or re-embed it with a new model.",
+    ),
     "model": ("kbpack.commands.model", "model", "Embedding model: info, import, embed."),
-    "eval": ("kbpack.commands.evaluate", "eval_cmd", "Measure retrieval: recall@k, MRR, destroyed answers."),
-    "calibrate": ("kbpack.commands.evaluate", "calibrate", "Choose the refusal threshold from data."),
+    "eval": (
+        "kbpack.commands.evaluate",
+        "eval_cmd",
+        "Measure retrieval: recall@k, MRR, destroyed answers.",
+    ),
+    "calibrate": (
+        "kbpack.commands.evaluate",
+        "calibrate",
+        "Choose the refusal threshold from data.",
+    ),
 }
 
 
@@ -48,8 +74,9 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def _available(name: str) -> bool:
@@ -84,3 +111,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:  # a bug, not a user error: one line, the traceback on request
+        if os.environ.get("KBPACK_DEBUG"):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]
+        click.echo(
+            f"kbpack: internal error: {type(e).__name__}: {first} (KBPACK_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        sys.exit(1)

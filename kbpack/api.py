@@ -1,0 +1,143 @@
+"""The Python API: ``kbpack.open(path)`` -> :class:`Pack`.
+
+>>> with kbpack.open("docs.kbpack") as pack:
+...     for r in pack.search("how do I rotate the logs?", k=3).results:
+...         print(r.rank, r.locator, r.content[:60])
+
+Choosing the query-side model (dense search needs the very model the pack was built with,
+identified by the SHA-256 of its GGUF file, never by its name):
+
+1. ``model=`` given: used if its hash matches the pack's stamp; otherwise dense search does not
+   run and results are lexical-only, with a note saying why.
+2. the pack holds its model (``build --embed-model``): extracted once into the cache and used.
+3. the default model, if its hash matches the stamp.
+4. none of these: lexical-only, with a note naming the model the pack needs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kbpack.errors import ModelError
+from kbpack.pack import format as F
+from kbpack.pack.read import PackReader
+from kbpack.search import Searcher, SearchResponse
+
+
+class Pack:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        model: str | os.PathLike[str] | None = None,
+        load_model: bool = True,
+    ) -> None:
+        self.reader = PackReader(path)
+        self.path = self.reader.path
+        self._model_arg = Path(model) if model else None
+        self._load_model = load_model
+        self._searcher: Searcher | None = None
+
+    def __enter__(self) -> Pack:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.reader.close()
+
+    @property
+    def n_chunks(self) -> int:
+        return int(self.reader.counts.get("chunks", 0))
+
+    @property
+    def searcher(self) -> Searcher:
+        if self._searcher is None:
+            embedder, notes = (
+                (None, [])
+                if not self._load_model
+                else resolve_embedder(self.reader, self._model_arg)
+            )
+            self._searcher = Searcher(self.reader, embedder, notes)
+        return self._searcher
+
+    @property
+    def embedder(self) -> Any | None:
+        return self.searcher.embedder
+
+    def search(self, query: str, k: int = 5, mode: str = "hybrid", **kw: Any) -> SearchResponse:
+        return self.searcher.search(query, k=k, mode=mode, **kw)
+
+    def iter_chunk_contents(self) -> Iterator[tuple[int, str]]:
+        r = self.reader
+        docs, starts, ends = (
+            r.column(F.CHUNK_DOCUMENT),
+            r.column(F.CHUNK_FROM),
+            r.column(F.CHUNK_TO),
+        )
+        for i in range(len(docs)):
+            yield i, r.text(int(docs[i]))[int(starts[i]) : int(ends[i])]
+
+    def store_calibration(
+        self, out: str | os.PathLike[str] | None, calibration: dict[str, Any]
+    ) -> Path:
+        """Write a copy of the pack (or replace it, ``out=None``) with a new refusal threshold."""
+        from kbpack.pack.rewrite import rewrite_search_settings
+
+        target = Path(out) if out else self.path
+        self.close()
+        rewrite_search_settings(self.path, target, float(calibration["threshold"]), calibration)
+        self.reader = PackReader(target)
+        self.path = target
+        self._searcher = None
+        return target
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("KBPACK_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kbpack"
+    )
+    return Path(base)
+
+
+def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:
+    """The embedder for dense search on this pack, or (None, [why not])."""
+    stamp = reader.model
+    if stamp is None:
+        return None, ["this pack has no vectors (built with --no-vectors): lexical-only results"]
+    from kbpack.embed import Embedder, sha256_file
+
+    want = str(stamp[F.M_SHA256])
+    label = f"{stamp[F.M_NAME]} (sha256 {want[:12]})"
+    if model is not None:
+        got = sha256_file(model)
+        if got != want:
+            return None, [
+                f"--model {model} is not the pack's model {label}: dense search skipped, lexical-only results"
+            ]
+        return Embedder(model), []
+    if reader.has_embedded_model:
+        path = cache_dir() / "models" / f"{want}.gguf"
+        if not path.exists() or sha256_file(path) != want:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            reader.write_gguf(path)
+            if sha256_file(path) != want:
+                path.unlink(missing_ok=True)
+                return None, [
+                    f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
+                ]
+        return Embedder(path), []
+    try:
+        from kbpack.embed import default_model_path
+
+        default = default_model_path()
+    except ModelError as e:
+        return None, [f"the pack's model {label} is not available ({e}): lexical-only results"]
+    if sha256_file(default) == want:
+        return Embedder(default), []
+    return None, [
+        f"the pack was built with {label}, which is not the default model: pass --model FILE.gguf; lexical-only results"
+    ]

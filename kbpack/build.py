@@ -1,0 +1,187 @@
+"""The build pipeline: extract -> chunk -> embed -> index -> atomic pack write.
+
+Documents stream through: extraction runs in a worker process one document at a time, chunks
+are embedded in batches across documents (throughput), and only one batch of vectors plus the
+growing BM25 postings are held in memory. Counts in the report are read back from what the
+writer committed, never from what was attempted.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
+from kbpack.document import Document
+from kbpack.extract import Limits, discover, extract_all
+from kbpack.lexical import PostingsBuilder
+from kbpack.pack.write import PackWriter
+from kbpack.progress import Progress
+
+EMBED_BATCH = 64  # chunks per embedding call: large enough to batch, small enough to stream
+
+
+@dataclass
+class BuildOptions:
+    sources: Sequence[Path]
+    out: Path
+    model: Path | None = None  # None: the default model
+    vectors: bool = True  # False: a BM25-only pack (--no-vectors)
+    embed_model: bool = False  # store the GGUF inside the pack
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    limits: Limits = field(default_factory=Limits)
+    max_chars: int | None = None
+    overlap: int = 0
+    threads: int | None = None
+
+
+@dataclass
+class BuildReport:
+    path: Path
+    size: int
+    counts: dict[str, int]
+    failed: list[dict[str, str]]
+    skipped: list[dict[str, str]]
+    warnings: list[dict[str, str]]
+    problems: list[dict[str, str]]  # chunking reports: text that could not fit the window
+    seconds: dict[str, float]
+    tokens_embedded: int
+    header_tokens: int
+    truncated: int
+    model: dict[str, Any] | None
+    peak_rss_mb: float
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["path"] = str(self.path)
+        d["header_token_share"] = self.header_share
+        return d
+
+    @property
+    def header_share(self) -> float:
+        return self.header_tokens / self.tokens_embedded if self.tokens_embedded else 0.0
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - since
+        return now
+
+
+def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
+    progress = progress or Progress(enabled=False)
+    timer = _Timer()
+    t = time.perf_counter()
+    candidates, skipped_docs = discover(opts.sources, opts.include, opts.exclude)
+    embedder = None
+    if opts.vectors:
+        from kbpack.embed import Embedder
+
+        embedder = Embedder(opts.model, threads=opts.threads)
+    t = timer.add("load", t)
+
+    window = embedder.window if embedder else None
+    max_chars = opts.max_chars if (opts.max_chars or embedder) else 1500
+    config = ChunkConfig(window=window, max_chars=max_chars, overlap=opts.overlap)
+    count = embedder.count_tokens if embedder else None
+    specials = count("") if count else 0
+    header_cost: dict[str, int] = {}
+
+    postings = PostingsBuilder()
+    failed: list[dict[str, str]] = []
+    warnings: list[dict[str, str]] = []
+    problems: list[dict[str, str]] = []
+    tokens_embedded = 0
+    header_tokens = 0
+    pending: list[tuple[Document, list[Any], list[str]]] = []
+    n_docs = 0
+
+    identity = embedder.identity.as_dict() if embedder else None
+    gguf = embedder.model_path if (embedder and opts.embed_model) else None
+    with PackWriter(
+        opts.out, model=identity, dims=embedder.dims if embedder else None, gguf=gguf
+    ) as writer:
+
+        def flush() -> None:
+            nonlocal t
+            texts = [s for _, _, embedded in pending for s in embedded]
+            vectors = embedder.embed(texts) if (embedder and texts) else None
+            t = timer.add("embed", t)
+            at = 0
+            for doc, chunks, _ in pending:
+                n = len(chunks)
+                block = vectors[at : at + n] if vectors is not None else None
+                if embedder and block is None:
+                    block = np.zeros((0, embedder.dims), np.float32)
+                at += n
+                first = writer.n_chunks
+                writer.add_document(doc, chunks, block)
+                for i, c in enumerate(chunks):
+                    postings.add(first + i, doc.text[c.start : c.end])
+            pending.clear()
+            t = timer.add("index", t)
+
+        for doc in _with_skipped(skipped_docs, extract_all(candidates, opts.limits)):
+            t = timer.add("extract", t)
+            n_docs += 1
+            progress.update("documents", n_docs, len(candidates) + len(skipped_docs))
+            if doc.status == "failed":
+                failed.append({"name": doc.name, "stage": doc.stage, "reason": doc.reason})
+            warnings.extend({"name": doc.name, "warning": w} for w in doc.warnings)
+            chunks: list[Any] = []
+            embedded: list[str] = []
+            if doc.status == "ok":
+                result = chunk_document(doc, count, config)
+                chunks = result.chunks
+                problems.extend({"name": doc.name, "problem": p} for p in result.problems)
+                for c in chunks:
+                    h = header(doc.title, section_path(doc, c.section))
+                    embedded.append(embedded_text(h, doc.text[c.start : c.end]))
+                    if count:
+                        if h not in header_cost:
+                            header_cost[h] = count(h) - specials
+                        header_tokens += header_cost[h]
+                        tokens_embedded += c.tokens
+            t = timer.add("chunk", t)
+            pending.append((doc, chunks, embedded))
+            if sum(len(c) for _, c, _ in pending) >= EMBED_BATCH:
+                flush()
+                progress.update("chunks", writer.n_chunks, unit="chunks embedded")
+        flush()
+        progress.done()
+        writer.set_postings(postings.finish(writer.n_chunks))
+        t = timer.add("index", t)
+        result = writer.commit()
+        timer.add("write", t)
+
+    return BuildReport(
+        path=result.path,
+        size=result.size,
+        counts=result.counts,
+        failed=failed,
+        skipped=[{"name": d.name, "reason": d.reason} for d in skipped_docs],
+        warnings=warnings,
+        problems=problems,
+        seconds={k: round(v, 3) for k, v in timer.seconds.items()},
+        tokens_embedded=tokens_embedded,
+        header_tokens=header_tokens,
+        truncated=embedder.truncated if embedder else 0,
+        model=identity,
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    )
+
+
+def _with_skipped(skipped: list[Document], extracted: Any) -> Any:
+    yield from skipped
+    yield from extracted

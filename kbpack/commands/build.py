@@ -1,0 +1,193 @@
+"""``kbpack build`` and ``kbpack update``."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kbpack.commands.common import (
+    emit_json,
+    human_size,
+    json_option,
+    quiet_option,
+    show_progress,
+    table,
+)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def build_options(f: Any) -> Any:
+    opts = [
+        click.option(
+            "--model",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="GGUF embedding model (default: all-MiniLM-L6-v2).",
+        ),
+        click.option(
+            "--embed-model",
+            is_flag=True,
+            help="Store the GGUF model inside the pack (air-gapped query without a model install).",
+        ),
+        click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only names matching GLOB (repeatable).",
+        ),
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="GLOB",
+            help="Skip names matching GLOB (repeatable).",
+        ),
+        click.option(
+            "--max-chars",
+            type=click.IntRange(min=64),
+            help="Character target per chunk (secondary to the token window).",
+        ),
+        click.option(
+            "--overlap",
+            type=click.IntRange(min=0),
+            default=0,
+            show_default=True,
+            help="Characters of overlap between chunks (insurance against split answers; costs precision).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=120.0,
+            show_default=True,
+            help="Seconds per document before extraction is stopped.",
+        ),
+        click.option(
+            "--max-file-mb",
+            type=click.FloatRange(min=0.001),
+            default=100.0,
+            show_default=True,
+            help="Larger sources are recorded as failed (too-large).",
+        ),
+        click.option(
+            "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
+        ),
+        click.option("--strict", is_flag=True, help="Exit 1 when any document failed."),
+        json_option,
+        quiet_option,
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The pack file to write.",
+)
+@build_options
+def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
+    """Build a pack from folders and files (md, txt, html, pdf, docx).
+
+    Failed documents are recorded in the pack with their reason; the build goes on.
+    Exit 0 on success, 1 when --strict and a document failed, 2 on usage errors,
+    130 when interrupted (the output path is left as it was).
+    """
+    return run_build_command(sources, out, **kw)
+
+
+def run_build_command(
+    sources: tuple[Path, ...], out: Path, reuse: Path | None = None, **kw: Any
+) -> int:
+    from kbpack.build import BuildOptions
+    from kbpack.build import build as run_build
+    from kbpack.extract import Limits
+    from kbpack.progress import Progress
+
+    as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    opts = BuildOptions(
+        sources=list(sources),
+        out=out,
+        model=kw["model"],
+        vectors=not kw["no_vectors"],
+        embed_model=kw["embed_model"],
+        include=kw["include"],
+        exclude=kw["exclude"],
+        limits=Limits(max_file_bytes=int(kw["max_file_mb"] * 2**20), timeout_s=kw["timeout"]),
+        max_chars=kw["max_chars"],
+        overlap=kw["overlap"],
+        threads=kw["threads"],
+    )
+    if opts.embed_model and not opts.vectors:
+        raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        if reuse is not None:
+            from kbpack.update import update_pack
+
+            report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+        else:
+            report = run_build(opts, Progress(show_progress(quiet, as_json)))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if as_json:
+        emit_json(report.as_dict())
+    elif not quiet:
+        click.echo(render_report(report))
+    return 1 if (strict and report.failed) else 0
+
+
+def render_report(report: Any) -> str:
+    c = report.counts
+    s = report.seconds
+    stages = "  ".join(f"{k} {v:.1f}s" for k, v in s.items())
+    rows = [
+        ("pack", f"{report.path} ({human_size(report.size)})"),
+        (
+            "documents",
+            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped",
+        ),
+        ("sections", c["sections"]),
+        ("chunks", c["chunks"]),
+        (
+            "vectors",
+            f"{c['vectors']}"
+            + (
+                f" ({report.model['name']}, {report.model['dims']} dims)"
+                if report.model
+                else " (BM25-only pack)"
+            ),
+        ),
+        (
+            "tokens",
+            f"{report.tokens_embedded} embedded, {report.header_share:.0%} in headers"
+            if report.model
+            else "-",
+        ),
+        ("terms", c["terms"]),
+        ("time", stages),
+    ]
+    lines = [table(rows)]
+    for f in report.failed:
+        lines.append(f"  failed   {f['name']}: {f['reason']}")
+    for f in report.skipped:
+        lines.append(f"  skipped  {f['name']}: {f['reason']}")
+    for w in report.warnings:
+        lines.append(f"  warning  {w['name']}: {w['warning']}")
+    for p in report.problems:
+        lines.append(f"  chunking {p['name']}: {p['problem']}")
+    if report.truncated:
+        lines.append(
+            f"  warning  {report.truncated} embedded texts were truncated to the model window"
+        )
+    return "\n".join(lines)

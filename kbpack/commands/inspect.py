@@ -1,0 +1,196 @@
+"""``kbpack inspect`` and ``kbpack export``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kbpack.commands.common import emit_json, human_size, json_option, table
+from kbpack.pack import format as F
+
+
+def describe(path: Path) -> dict[str, Any]:
+    from kbpack.pack.read import PackReader
+
+    with PackReader(path) as r:
+        c = r.counts
+        names = r.strings(F.DOC_NAME)
+        status = r.strings(F.DOC_STATUS)
+        reasons = r.strings(F.DOC_REASON)
+        stages = r.strings(F.DOC_STAGE)
+        sizes: dict[str, int] = {}
+
+        def visit(name: str, obj: Any) -> None:
+            if hasattr(obj, "id") and hasattr(obj.id, "get_storage_size"):
+                sizes["/" + name] = int(obj.id.get_storage_size())
+
+        r.h5.visititems(visit)
+        return {
+            "path": str(path),
+            "format_version": r.format_version,
+            "kbpack_version": r.manifest.kbpack_version,
+            "pipeline_version": r.root_attrs.get(F.R_PIPELINE_VERSION),
+            "created": r.manifest.created,
+            "file_size": r.manifest.file_size,
+            "signed": r.header.signature is not None,
+            "counts": c,
+            "model": r.model,
+            "embedded_model": r.has_embedded_model,
+            "search": r.search_defaults,
+            "bm25": {"k1": r.bm25_params[0], "b": r.bm25_params[1]},
+            "element_bytes": sizes,
+            "failed": [
+                {"name": n, "stage": st, "reason": why}
+                for n, s, st, why in zip(names, status, stages, reasons, strict=True)
+                if s == "failed"
+            ],
+            "skipped": [
+                {"name": n, "reason": why}
+                for n, s, why in zip(names, status, reasons, strict=True)
+                if s == "skipped"
+            ],
+        }
+
+
+@click.command()
+@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--sizes", is_flag=True, help="Bytes per element.")
+@json_option
+def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
+    """Show what PACK holds: format, counts, model stamp, sizes, failed documents."""
+    info = describe(pack)
+    if as_json:
+        emit_json(info)
+        return 0
+    c = info["counts"]
+    m = info["model"]
+    rows = [
+        ("pack", f"{info['path']} ({human_size(info['file_size'])})"),
+        (
+            "format",
+            f"v{info['format_version']} (kbpack {info['kbpack_version']}, pipeline {info['pipeline_version']})",
+        ),
+        ("created", info["created"]),
+        ("signed", "yes" if info["signed"] else "no"),
+        (
+            "documents",
+            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped",
+        ),
+        ("sections", c["sections"]),
+        ("pages", c["pages"]),
+        ("chunks", c["chunks"]),
+        ("vectors", c["vectors"]),
+        ("terms", c["terms"]),
+        (
+            "model",
+            f"{m['name']} {m['dims']}d {m['pooling']}, window {m['window']}, sha256 {m['sha256'][:16]}…"
+            if m
+            else "none (BM25-only pack)",
+        ),
+        ("model file", "stored in the pack" if info["embedded_model"] else "not stored"),
+        (
+            "threshold",
+            f"{info['search']['max_distance']:g} cosine distance"
+            + (" (calibrated)" if "calibration" in info["search"] else " (default)"),
+        ),
+    ]
+    click.echo(table(rows))
+    if sizes:
+        click.echo("element bytes:")
+        click.echo(
+            table([(k, human_size(v)) for k, v in sorted(info["element_bytes"].items())], indent=2)
+        )
+    for f in info["failed"]:
+        click.echo(f"  failed   {f['name']} ({f['stage']}): {f['reason']}")
+    for f in info["skipped"]:
+        click.echo(f"  skipped  {f['name']}: {f['reason']}")
+    return 0
+
+
+@click.command()
+@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--what",
+    type=click.Choice(["chunks", "sections", "documents"]),
+    default="chunks",
+    show_default=True,
+)
+@click.option(
+    "--jsonl",
+    is_flag=True,
+    default=True,
+    help="One JSON object per line (the only format; accepted for clarity).",
+)
+def export(pack: Path, what: str, jsonl: bool) -> int:
+    """Dump chunks, sections or documents of PACK as JSON lines on stdout."""
+    from kbpack.pack.read import PackReader
+
+    with PackReader(pack) as r:
+        for rec in iter_records(r, what):
+            click.echo(json.dumps(rec, ensure_ascii=False))
+    return 0
+
+
+def iter_records(r: Any, what: str) -> Any:
+    names = r.strings(F.DOC_NAME)
+    if what == "documents":
+        cols = {
+            k: r.strings(f"{F.DOCUMENTS}/{k}")
+            for k in (
+                "name",
+                "source_path",
+                "media_type",
+                "source_sha256",
+                "title",
+                "extractor",
+                "status",
+                "reason",
+                "stage",
+                "decoding",
+                "text_sha256",
+            )
+        }
+        nums = {
+            k: r.column(f"{F.DOCUMENTS}/{k}")
+            for k in ("source_size", "extractor_version", "replaced")
+        }
+        warnings = r.strings(F.DOC_WARNINGS)
+        for i in range(len(names)):
+            rec = {k: v[i] for k, v in cols.items()}
+            rec.update({k: int(v[i]) for k, v in nums.items()})
+            rec["warnings"] = json.loads(warnings[i])
+            rec["chars"] = len(r.text(i))
+            yield rec
+    elif what == "sections":
+        doc, parent, level = r.column(F.SEC_DOCUMENT), r.column(F.SEC_PARENT), r.column(F.SEC_LEVEL)
+        start, end, titles = r.column(F.SEC_FROM), r.column(F.SEC_TO), r.strings(F.SEC_TITLE)
+        for i in range(len(doc)):
+            yield {
+                "id": i,
+                "doc": names[int(doc[i])],
+                "parent": int(parent[i]),
+                "level": int(level[i]),
+                "title": titles[i],
+                "path": " > ".join(r.section_path(i)),
+                "from": int(start[i]),
+                "to": int(end[i]),
+            }
+    else:
+        doc, sec = r.column(F.CHUNK_DOCUMENT), r.column(F.CHUNK_SECTION)
+        start, end = r.column(F.CHUNK_FROM), r.column(F.CHUNK_TO)
+        page, tokens = r.column(F.CHUNK_PAGE), r.column(F.CHUNK_TOKENS)
+        for i in range(len(doc)):
+            d = int(doc[i])
+            yield {
+                "id": i,
+                "doc": names[d],
+                "section": " > ".join(r.section_path(int(sec[i]))),
+                "from": int(start[i]),
+                "to": int(end[i]),
+                "page": int(page[i]) or None,
+                "tokens": int(tokens[i]),
+                "content": r.text(d)[int(start[i]) : int(end[i])],
+            }

@@ -1,0 +1,222 @@
+"""Every on-disk name and constant of the kbpack format, in one place.
+
+Code says ``F.CHUNK_FROM``, never the string twice. ``spec/FORMAT.md`` describes each element;
+``ELEMENTS`` below is the allowlist a reader enforces, and a test checks that the spec and this
+table name the same elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FORMAT_VERSION = 1
+PIPELINE_VERSION = 1  # bump when chunking or embedded-text rules change what a build produces
+
+# --- the user block (kbpack's own header, before the HDF5 superblock) -------------------------
+MAGIC = b"\x89KBPACK\n"  # 8 bytes; the high byte and newline catch text-mode transfers
+USERBLOCK_SIZE = 65536  # HDF5 user block: a power of two >= 512; HDF5 never reads it
+LEN_FORMAT = "<Q"  # little-endian uint64 length prefixes for the manifest and the signature
+MAX_MANIFEST_BYTES = USERBLOCK_SIZE - 64 - 4096  # leaves room for the signature record
+MAX_SIGNATURE_BYTES = 4096
+
+# --- attributes every element carries --------------------------------------------------------
+A_KIND = "kbpack:kind"
+A_VERSION = "kbpack:version"
+A_DESCRIPTION = "description"
+
+# --- root attributes -------------------------------------------------------------------------
+R_FORMAT_VERSION = "kbpack:format_version"
+R_KBPACK_VERSION = "kbpack:kbpack_version"
+R_PIPELINE_VERSION = "kbpack:pipeline_version"
+R_CREATED = "kbpack:created"
+R_VECTORS = "kbpack:vectors"  # "dense" or "none" (a BM25-only pack)
+
+# --- groups ----------------------------------------------------------------------------------
+DOCUMENTS = "/documents"
+SECTIONS = "/sections"
+PAGES = "/pages"
+CHUNKS = "/chunks"
+VECTORS = "/vectors"
+MODEL = "/model"
+BM25 = "/bm25"
+SEARCH = "/search"
+
+# --- datasets --------------------------------------------------------------------------------
+DOC_NAME = "/documents/name"
+DOC_SOURCE_PATH = "/documents/source_path"
+DOC_MEDIA_TYPE = "/documents/media_type"
+DOC_SOURCE_SIZE = "/documents/source_size"
+DOC_SOURCE_SHA256 = "/documents/source_sha256"
+DOC_TITLE = "/documents/title"
+DOC_EXTRACTOR = "/documents/extractor"
+DOC_EXTRACTOR_VERSION = "/documents/extractor_version"
+DOC_STATUS = "/documents/status"
+DOC_REASON = "/documents/reason"
+DOC_STAGE = "/documents/stage"
+DOC_DECODING = "/documents/decoding"
+DOC_REPLACED = "/documents/replaced"
+DOC_WARNINGS = "/documents/warnings"
+DOC_TEXT = "/documents/text"
+DOC_TEXT_SHA256 = "/documents/text_sha256"
+
+SEC_DOCUMENT = "/sections/document"
+SEC_PARENT = "/sections/parent"
+SEC_LEVEL = "/sections/level"
+SEC_TITLE = "/sections/title"
+SEC_FROM = "/sections/from"
+SEC_TO = "/sections/to"
+
+PAGE_DOCUMENT = "/pages/document"
+PAGE_NUMBER = "/pages/number"
+PAGE_FROM = "/pages/from"
+PAGE_TO = "/pages/to"
+
+CHUNK_DOCUMENT = "/chunks/document"
+CHUNK_SECTION = "/chunks/section"
+CHUNK_FROM = "/chunks/from"
+CHUNK_TO = "/chunks/to"
+CHUNK_PAGE = "/chunks/page"
+CHUNK_TOKENS = "/chunks/tokens"
+
+VEC_DATA = "/vectors/data"
+MODEL_GGUF = "/model/gguf"
+
+BM25_TERMS_BLOB = "/bm25/terms_blob"
+BM25_TERMS_OFFSETS = "/bm25/terms_offsets"
+BM25_INDPTR = "/bm25/indptr"
+BM25_CHUNK = "/bm25/chunk"
+BM25_TF = "/bm25/tf"
+BM25_DOC_LEN = "/bm25/doc_len"
+
+# --- attributes of groups --------------------------------------------------------------------
+M_NAME = "name"
+M_SHA256 = "sha256"
+M_ARCHITECTURE = "architecture"
+M_DIMS = "dims"
+M_POOLING = "pooling"
+M_WINDOW = "window"
+M_NORMALIZE = "normalize"
+M_LLAMA_CPP_VERSION = "llama_cpp_version"
+MODEL_ATTRS = (
+    M_NAME,
+    M_SHA256,
+    M_ARCHITECTURE,
+    M_DIMS,
+    M_POOLING,
+    M_WINDOW,
+    M_NORMALIZE,
+    M_LLAMA_CPP_VERSION,
+)
+
+BM25_K1 = "k1"
+BM25_B = "b"
+BM25_TOKENIZER = "tokenizer"
+TOKENIZER_ID = "kbpack-words-1"
+
+CHUNK_HEADER_RULE = "embedded_text_rule"
+EMBEDDED_TEXT_RULE = (
+    "header + '\\n\\n' + content; header = ' > '.join([document title] + section path)"
+)
+
+SEARCH_MAX_DISTANCE = "max_distance"
+SEARCH_CALIBRATION = "calibration"  # JSON: threshold, rule, files, when
+
+DEFAULT_MAX_DISTANCE = 0.675  # cosine distance; see README "Refusal" for where it comes from
+
+STATUSES = ("ok", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class Element:
+    """One allowlisted object: what kind of HDF5 object, the dtype kind and rank for datasets."""
+
+    path: str
+    kind: str  # what kbpack:kind says
+    description: str
+    dtype: str = ""  # "str" (vlen UTF-8), "i1", "i4", "i8", "f2", "f8", "u1"; "" for groups
+    ndim: int = 1
+    rows: str = ""  # which count the first dimension equals (a key of the manifest counts)
+    optional: bool = False
+
+
+def _ds(path: str, dtype: str, rows: str, description: str, ndim: int = 1, **kw: bool) -> Element:
+    return Element(path, "column", description, dtype, ndim, rows, **kw)
+
+
+# The allowlist. Order is the order of the spec and of the writer.
+ELEMENTS: tuple[Element, ...] = (
+    Element(DOCUMENTS, "documents", "one row per source file: identity, status, canonical text"),
+    _ds(DOC_NAME, "str", "documents", "unique name: path relative to the input root"),
+    _ds(DOC_SOURCE_PATH, "str", "documents", "source path as given to kbpack build"),
+    _ds(DOC_MEDIA_TYPE, "str", "documents", "MIME type of the source"),
+    _ds(DOC_SOURCE_SIZE, "i8", "documents", "size of the source file in bytes"),
+    _ds(DOC_SOURCE_SHA256, "str", "documents", "SHA-256 of the source file bytes, hex"),
+    _ds(DOC_TITLE, "str", "documents", "document title (first H1, PDF/DOCX title, file name)"),
+    _ds(DOC_EXTRACTOR, "str", "documents", "extractor and library version, e.g. pdf/pypdf 7.1.0"),
+    _ds(DOC_EXTRACTOR_VERSION, "i4", "documents", "kbpack's extractor logic version"),
+    _ds(DOC_STATUS, "str", "documents", "ok, failed or skipped"),
+    _ds(DOC_REASON, "str", "documents", "one-line reason when failed or skipped, else empty"),
+    _ds(DOC_STAGE, "str", "documents", "stage of a failure (read, detect, extract, limits, ...)"),
+    _ds(DOC_DECODING, "str", "documents", "how the source bytes were decoded to text"),
+    _ds(DOC_REPLACED, "i8", "documents", "characters removed or replaced when sanitising"),
+    _ds(DOC_WARNINGS, "str", "documents", "JSON array of one-line warnings"),
+    _ds(DOC_TEXT, "str", "documents", "canonical text: every offset is a code point into it"),
+    _ds(DOC_TEXT_SHA256, "str", "documents", "SHA-256 of the canonical text's UTF-8 bytes, hex"),
+    Element(SECTIONS, "sections", "heading tree: row 0 of each document is its root section"),
+    _ds(SEC_DOCUMENT, "i4", "sections", "document row of the section"),
+    _ds(SEC_PARENT, "i4", "sections", "section row of the parent, -1 for a document root"),
+    _ds(SEC_LEVEL, "i1", "sections", "0 for the root, 1..9 for headings"),
+    _ds(SEC_TITLE, "str", "sections", "heading text (the document title for a root)"),
+    _ds(SEC_FROM, "i8", "sections", "first code point of the section in the canonical text"),
+    _ds(SEC_TO, "i8", "sections", "end (exclusive) of the section in the canonical text"),
+    Element(PAGES, "pages", "page map of paged documents (PDF)"),
+    _ds(PAGE_DOCUMENT, "i4", "pages", "document row of the page"),
+    _ds(PAGE_NUMBER, "i4", "pages", "1-based physical page index"),
+    _ds(PAGE_FROM, "i8", "pages", "first code point of the page's text"),
+    _ds(PAGE_TO, "i8", "pages", "end (exclusive) of the page's text"),
+    Element(CHUNKS, "chunks", "search units: [from, to) into a document's canonical text"),
+    _ds(CHUNK_DOCUMENT, "i4", "chunks", "document row of the chunk"),
+    _ds(CHUNK_SECTION, "i4", "chunks", "deepest section row containing the chunk"),
+    _ds(CHUNK_FROM, "i8", "chunks", "first code point of the chunk's content"),
+    _ds(CHUNK_TO, "i8", "chunks", "end (exclusive) of the chunk's content"),
+    _ds(CHUNK_PAGE, "i4", "chunks", "1-based page where the chunk starts, 0 when unpaged"),
+    _ds(CHUNK_TOKENS, "i4", "chunks", "model tokens of the embedded text, 0 without a model"),
+    Element(
+        VECTORS, "vectors", "L2-normalised embedding of each chunk's embedded text", optional=True
+    ),
+    _ds(VEC_DATA, "f2", "chunks", "one unit vector per chunk row (float16)", ndim=2, optional=True),
+    Element(MODEL, "model", "identity of the embedding model; attributes only", optional=True),
+    _ds(
+        MODEL_GGUF,
+        "u1",
+        "model_bytes",
+        "the GGUF model file itself (build --embed-model)",
+        optional=True,
+    ),
+    Element(BM25, "bm25-postings", "BM25 postings (CSC): raw term frequencies per chunk"),
+    _ds(BM25_TERMS_BLOB, "u1", "terms_bytes", "UTF-8 bytes of the sorted vocabulary, concatenated"),
+    _ds(BM25_TERMS_OFFSETS, "i8", "terms_plus_one", "byte offsets of each term in terms_blob"),
+    _ds(BM25_INDPTR, "i8", "terms_plus_one", "postings of term t are rows indptr[t]:indptr[t+1]"),
+    _ds(BM25_CHUNK, "i4", "postings", "chunk row of each posting, ascending within a term"),
+    _ds(BM25_TF, "i4", "postings", "raw term frequency of each posting"),
+    _ds(BM25_DOC_LEN, "i4", "chunks", "number of tokens in each chunk's content"),
+    Element(SEARCH, "search-settings", "query defaults: refusal threshold and its provenance"),
+)
+
+ELEMENT_BY_PATH = {e.path: e for e in ELEMENTS}
+
+COUNT_KEYS = (
+    "documents",
+    "documents_ok",
+    "documents_failed",
+    "documents_skipped",
+    "sections",
+    "pages",
+    "chunks",
+    "vectors",
+    "terms",
+    "terms_plus_one",
+    "terms_bytes",
+    "postings",
+    "model_bytes",
+)

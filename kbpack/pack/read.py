@@ -1,0 +1,237 @@
+"""The safe pack reader.
+
+Opening a pack: (1) read the kbpack header from the user block and check the magic, the format
+version (a newer one is refused with "upgrade kbpack") and the exact file size -- before HDF5
+parses a byte; (2) open HDF5 read-only with file locking off (read-only media work); (3) check
+the structure against the spec's allowlist (links, objects, dtypes, filters, storage, sizes)
+reading metadata only. Data is read lazily, column by column, when asked for. Every HDF5 error
+becomes a one-line ``PackError`` naming the file.
+
+Hashing every byte is ``verify``'s job: the reader checks sizes, not digests, so that opening a
+large pack for a query stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.errors import KbpackError, PackError
+from kbpack.pack import format as F
+from kbpack.pack.manifest import Header, read_header
+from kbpack.pack.structure import check_structure
+
+
+@contextlib.contextmanager
+def hdf5_errors(where: str) -> Iterator[None]:
+    """Turn whatever HDF5/h5py raises on a damaged or hostile file into one PackError line."""
+    try:
+        yield
+    except KbpackError:
+        raise
+    except (
+        OSError,
+        RuntimeError,
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+    ) as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise PackError(f"{where}: HDF5 data cannot be read ({type(e).__name__}: {first})") from e
+
+
+class PackReader:
+    """A pack opened read-only. Use as a context manager or call ``close()``."""
+
+    def __init__(self, path: str | os.PathLike[str], *, check_structure_: bool = True) -> None:
+        self.path = Path(path)
+        self.where = str(self.path)
+        if not self.path.exists():
+            raise PackError(f"{self.path}: no such file")
+        if self.path.is_dir():
+            raise PackError(f"{self.path}: is a directory, not a pack")
+        self.header: Header = read_header(self.path)
+        self.manifest = self.header.manifest
+        actual = self.path.stat().st_size
+        if actual != self.manifest.file_size:
+            what = "truncated" if actual < self.manifest.file_size else "has bytes appended"
+            raise PackError(
+                f"{self.path}: {what}: {actual} bytes, the manifest says {self.manifest.file_size}; "
+                "copy the pack again"
+            )
+        import h5py
+
+        with hdf5_errors(self.where):
+            self.h5 = h5py.File(self.path, "r", locking=False)
+        self._cache: dict[str, Any] = {}
+        if check_structure_:
+            with hdf5_errors(self.where):
+                findings = check_structure(self.h5, self.manifest.counts, actual)
+            if findings:
+                self.close()
+                more = (
+                    f" (and {len(findings) - 1} more; run kbpack verify)"
+                    if len(findings) > 1
+                    else ""
+                )
+                raise PackError(f"{self.path}: refused: {findings[0]}{more}")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.h5.close()
+
+    def __enter__(self) -> PackReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- metadata ----------------------------------------------------------------------------
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.manifest.counts
+
+    @property
+    def format_version(self) -> int:
+        return self.manifest.format_version
+
+    def attrs(self, path: str) -> dict[str, Any]:
+        with hdf5_errors(self.where):
+            if path not in self.h5:
+                return {}
+            return {k: _plain(v) for k, v in self.h5[path].attrs.items()}
+
+    @cached_property
+    def root_attrs(self) -> dict[str, Any]:
+        return self.attrs("/")
+
+    @property
+    def has_vectors(self) -> bool:
+        return self.root_attrs.get(F.R_VECTORS) == "dense"
+
+    @cached_property
+    def model(self) -> dict[str, Any] | None:
+        """The model identity stamp, or None for a BM25-only pack."""
+        if not self.has_vectors:
+            return None
+        a = self.attrs(F.MODEL)
+        missing = [k for k in F.MODEL_ATTRS if k not in a]
+        if missing:
+            raise PackError(
+                f"{self.path}: /model lacks attribute {missing[0]!r}; run kbpack verify"
+            )
+        return {k: a[k] for k in F.MODEL_ATTRS}
+
+    @property
+    def has_embedded_model(self) -> bool:
+        return F.MODEL_GGUF in self.h5
+
+    @cached_property
+    def search_defaults(self) -> dict[str, Any]:
+        a = self.attrs(F.SEARCH)
+        out: dict[str, Any] = {
+            "max_distance": float(a.get(F.SEARCH_MAX_DISTANCE, F.DEFAULT_MAX_DISTANCE))
+        }
+        if F.SEARCH_CALIBRATION in a:
+            with contextlib.suppress(ValueError):
+                out["calibration"] = json.loads(a[F.SEARCH_CALIBRATION])
+        return out
+
+    @cached_property
+    def bm25_params(self) -> tuple[float, float]:
+        a = self.attrs(F.BM25)
+        return float(a.get(F.BM25_K1, 1.2)), float(a.get(F.BM25_B, 0.75))
+
+    # -- data --------------------------------------------------------------------------------
+    def column(self, path: str) -> np.ndarray:
+        """A whole numeric dataset, read once and cached."""
+        if path not in self._cache:
+            with hdf5_errors(self.where):
+                self._cache[path] = self.h5[path][()]
+        arr: np.ndarray = self._cache[path]
+        return arr
+
+    def strings(self, path: str) -> list[str]:
+        """A whole string dataset (document-level columns: small), read once and cached."""
+        if path not in self._cache:
+            with hdf5_errors(self.where):
+                raw = self.h5[path].asstr()[()]
+            self._cache[path] = [str(s) for s in raw]
+        out: list[str] = self._cache[path]
+        return out
+
+    def dataset(self, path: str) -> Any:
+        """The h5py dataset itself, for slicing without reading it all."""
+        with hdf5_errors(self.where):
+            return self.h5[path]
+
+    def text(self, doc: int) -> str:
+        """Canonical text of one document (one element read)."""
+        key = f"text:{doc}"
+        if key not in self._cache:
+            with hdf5_errors(self.where):
+                raw = self.h5[F.DOC_TEXT][doc]
+            self._cache[key] = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        out: str = self._cache[key]
+        return out
+
+    def vectors(self) -> np.ndarray:
+        """All vectors as float32 (searched in memory; float16 matmul is slow in numpy)."""
+        if "vectors:f32" not in self._cache:
+            with hdf5_errors(self.where):
+                ds = self.h5[F.VEC_DATA]
+                out = np.empty(ds.shape, dtype=np.float32)
+                step = 65536
+                for at in range(0, ds.shape[0], step):
+                    out[at : at + step] = ds[at : at + step]
+            self._cache["vectors:f32"] = out
+        arr: np.ndarray = self._cache["vectors:f32"]
+        return arr
+
+    def chunk_content(self, chunk: int) -> str:
+        doc = int(self.column(F.CHUNK_DOCUMENT)[chunk])
+        start = int(self.column(F.CHUNK_FROM)[chunk])
+        end = int(self.column(F.CHUNK_TO)[chunk])
+        return self.text(doc)[start:end]
+
+    def section_path(self, section: int) -> list[str]:
+        """Heading titles from level 1 down to ``section`` (the root is the document title)."""
+        parents = self.column(F.SEC_PARENT)
+        titles = self.strings(F.SEC_TITLE)
+        path: list[str] = []
+        seen = 0
+        s = section
+        while s >= 0 and parents[s] >= 0 and seen < 64:
+            path.append(titles[s])
+            s = int(parents[s])
+            seen += 1
+        return path[::-1]
+
+    def write_gguf(self, out: Path) -> None:
+        """Copy the embedded GGUF model out of the pack (llama.cpp needs a file path)."""
+        with hdf5_errors(self.where):
+            ds = self.h5[F.MODEL_GGUF]
+            tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+            with open(tmp, "wb") as f:
+                step = 16 * 2**20
+                for at in range(0, ds.shape[0], step):
+                    f.write(ds[at : at + step].tobytes())
+            os.replace(tmp, out)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

@@ -1,0 +1,148 @@
+"""The structural allowlist: what a pack may contain, checked before any data is read.
+
+Every object must be a hard-linked group or dataset that the spec names (``format.ELEMENTS``),
+with the spec's dtype and rank, contiguous or chunked storage only, no external storage, no
+virtual dataset, no reference types, only deflate/shuffle/fletcher32 filters, and a declared
+size that agrees with the manifest counts and fits the file. Only metadata is read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kbpack.pack import format as F
+
+ALLOWED_FILTERS = {1, 2, 3}  # H5Z_FILTER_DEFLATE, SHUFFLE, FLETCHER32
+_KIND_OF = {"str": "O", "i1": "i", "i4": "i", "i8": "i", "u1": "u", "f2": "f", "f8": "f"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: a stable code, the element path, a one-line detail."""
+
+    code: str
+    path: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.path}: {self.detail}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "path": self.path, "detail": self.detail}
+
+
+def check_structure(h: Any, counts: dict[str, int], file_size: int) -> list[Finding]:
+    """Findings for every object, link, dtype, filter or size the spec does not allow."""
+    import h5py
+
+    findings: list[Finding] = []
+    seen: set[str] = set()
+
+    def visit(name: str, link: Any) -> None:
+        path = "/" + name
+        if not isinstance(link, h5py.HardLink):
+            kind = type(link).__name__
+            findings.append(
+                Finding("link-not-allowed", path, f"{kind} (only hard links are allowed)")
+            )
+            return
+        seen.add(path)
+
+    h.visititems_links(visit)
+    for path in sorted(seen):
+        el = F.ELEMENT_BY_PATH.get(path)
+        if el is None:
+            findings.append(Finding("unknown-object", path, "not an element of the kbpack spec"))
+            continue
+        try:
+            obj = h.get(path, getclass=False)
+        except Exception as e:
+            findings.append(Finding("unreadable-object", path, _one_line(e)))
+            continue
+        is_group = isinstance(obj, h5py.Group)
+        if bool(el.dtype) == is_group:
+            want = "a dataset" if el.dtype else "a group"
+            findings.append(Finding("wrong-object-type", path, f"must be {want}"))
+            continue
+        findings.extend(_check_attrs(obj, path))
+        if not is_group:
+            findings.extend(_check_dataset(obj, el, counts, file_size))
+    for el in F.ELEMENTS:
+        if el.path not in seen and not el.optional:
+            findings.append(Finding("missing-element", el.path, "required by the spec"))
+    findings.extend(_check_attrs(h, "/"))
+    return findings
+
+
+def _check_attrs(obj: Any, path: str) -> list[Finding]:
+    import h5py
+
+    out: list[Finding] = []
+    try:
+        for name in obj.attrs:
+            dt = obj.attrs.get_id(name).dtype
+            if h5py.check_dtype(ref=dt) is not None or dt.kind == "V":
+                out.append(
+                    Finding("attribute-not-allowed", path, f"attribute {name!r} has type {dt}")
+                )
+    except Exception as e:
+        out.append(Finding("unreadable-attributes", path, _one_line(e)))
+    return out
+
+
+def _check_dataset(ds: Any, el: F.Element, counts: dict[str, int], file_size: int) -> list[Finding]:
+    import h5py
+
+    out: list[Finding] = []
+    path = el.path
+    dt = ds.dtype
+    if h5py.check_dtype(ref=dt) is not None:
+        return [Finding("reference-not-allowed", path, "object or region references are refused")]
+    want = _KIND_OF[el.dtype]
+    if el.dtype == "str":
+        info = h5py.check_string_dtype(dt)
+        if info is None or info.length is not None:
+            out.append(Finding("wrong-dtype", path, f"{dt}: must be variable-length UTF-8 strings"))
+    elif dt.kind != want or dt.itemsize != np.dtype(el.dtype).itemsize:
+        out.append(Finding("wrong-dtype", path, f"{dt}: must be {el.dtype}"))
+    if ds.ndim != el.ndim:
+        out.append(Finding("wrong-shape", path, f"rank {ds.ndim}, must be {el.ndim}"))
+        return out
+    if ds.is_virtual:
+        return [*out, Finding("virtual-dataset", path, "virtual datasets are refused")]
+    dcpl = ds.id.get_create_plist()
+    if dcpl.get_external_count():
+        return [
+            *out,
+            Finding("external-storage", path, "raw data stored in another file is refused"),
+        ]
+    for i in range(dcpl.get_nfilters()):
+        code = dcpl.get_filter(i)[0]
+        if code not in ALLOWED_FILTERS:
+            out.append(Finding("filter-not-allowed", path, f"HDF5 filter {code}"))
+    rows = counts.get(el.rows)
+    if rows is not None and ds.shape[0] != rows:
+        out.append(
+            Finding("count-mismatch", path, f"{ds.shape[0]} rows, manifest counts {el.rows}={rows}")
+        )
+    if el.dtype != "str":
+        declared = int(np.prod(ds.shape, dtype=np.float64)) * dt.itemsize
+        compressed = any(dcpl.get_filter(i)[0] == 1 for i in range(dcpl.get_nfilters()))
+        limit = file_size * (1024 if compressed else 1)
+        if declared > limit:
+            out.append(
+                Finding(
+                    "size-out-of-range",
+                    path,
+                    f"declares {declared} bytes, the file has {file_size}",
+                )
+            )
+    return out
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"

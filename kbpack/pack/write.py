@@ -1,0 +1,486 @@
+"""The atomic pack writer.
+
+Documents stream in one at a time; their canonical text and vectors go to spool files beside
+the output, everything else (a few integers per section, page and chunk) stays in memory. At
+``commit`` every dataset is written contiguous in its final size, the HDF5 file is closed, the
+bytes are hashed, the manifest is written into the user block, and the temp file is fsynced and
+``os.replace``d onto the output path. Until then the output path is untouched: a killed build
+leaves at most a hidden ``.NAME.tmp-*`` file beside it, never a partial pack.
+
+The writer is a small state machine (open -> adding -> committed | aborted) and refuses calls
+out of order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from kbpack import __version__
+from kbpack.document import Document
+from kbpack.errors import KbpackError, PackError
+from kbpack.pack import format as F
+from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
+from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
+
+BLOCK_ROWS = 65536
+
+
+class ChunkLike(Protocol):
+    section: int
+    start: int
+    end: int
+    page: int | None
+    tokens: int
+
+
+class PostingsLike(Protocol):
+    terms: list[str]
+    indptr: np.ndarray
+    chunk: np.ndarray
+    tf: np.ndarray
+    doc_len: np.ndarray
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    path: Path
+    size: int
+    counts: dict[str, int]
+
+
+class _Column:
+    """A growing in-memory column of one numeric dtype."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = np.dtype(dtype)
+        self.parts: list[np.ndarray] = []
+
+    def extend(self, values: Sequence[int] | np.ndarray) -> None:
+        self.parts.append(np.asarray(values, dtype=self.dtype))
+
+    def array(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, self.dtype)
+
+
+def temp_path_for(out: Path) -> Path:
+    return out.with_name(f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+class PackWriter:
+    """Write one pack. Use as a context manager: an exception (Ctrl-C included) aborts cleanly."""
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        model: Mapping[str, Any] | None = None,
+        dims: int | None = None,
+        gguf: Path | None = None,
+        created: str | None = None,
+    ) -> None:
+        if (model is None) != (dims is None):
+            raise ValueError(
+                "a model identity and dims come together (or neither: a BM25-only pack)"
+            )
+        self.out = Path(out)
+        if self.out.is_dir():
+            raise KbpackError(f"{self.out}: is a directory; give a file name such as docs.kbpack")
+        if not self.out.parent.exists():
+            raise KbpackError(f"{self.out.parent}: output folder does not exist; create it first")
+        self.model = dict(model) if model else None
+        self.dims = dims
+        self.gguf = gguf
+        self.created = created or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        self.tmp = temp_path_for(self.out)
+        self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
+        self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
+        self._state = "adding"
+        self._text_f = open(self._text_spool, "wb")  # noqa: SIM115 - closed in commit/abort
+        self._vec_f = open(self._vec_spool, "wb") if dims else None  # noqa: SIM115
+        self._text_lens: list[int] = []
+        self._docs: dict[str, list[Any]] = {k: [] for k in _DOC_STR + _DOC_INT}
+        self._sec = {k: _Column(t) for k, t in _SEC_COLS.items()}
+        self._page = {k: _Column(t) for k, t in _PAGE_COLS.items()}
+        self._chunk = {k: _Column(t) for k, t in _CHUNK_COLS.items()}
+        self._names: set[str] = set()
+        self._sec_titles: list[str] = []
+        self._n_sections = 0
+        self._n_chunks = 0
+        self._n_vectors = 0
+        self._postings: PostingsLike | None = None
+        self._search: dict[str, Any] = {F.SEARCH_MAX_DISTANCE: F.DEFAULT_MAX_DISTANCE}
+
+    # -- state -----------------------------------------------------------------------------
+    def _require(self, state: str, action: str) -> None:
+        if self._state != state:
+            raise RuntimeError(f"PackWriter: cannot {action} when {self._state}")
+
+    def __enter__(self) -> PackWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._state == "adding":
+            self.abort()
+
+    # -- adding ------------------------------------------------------------------------------
+    def add_document(
+        self,
+        doc: Document,
+        chunks: Sequence[ChunkLike] = (),
+        vectors: np.ndarray | None = None,
+    ) -> int:
+        """Append one document with its sections, pages, chunks and (dense packs) vectors."""
+        self._require("adding", "add a document")
+        if doc.name in self._names:
+            raise KbpackError(f"{doc.name}: two inputs have the same document name")
+        if doc.status not in F.STATUSES:
+            raise ValueError(f"{doc.name}: status {doc.status!r}")
+        if doc.status != "ok" and chunks:
+            raise ValueError(f"{doc.name}: a {doc.status} document has no chunks")
+        if self.dims:
+            n = len(chunks)
+            if vectors is None or vectors.shape != (n, self.dims):
+                shape = None if vectors is None else vectors.shape
+                raise ValueError(
+                    f"{doc.name}: expected vectors of shape {(n, self.dims)}, got {shape}"
+                )
+        row = len(self._text_lens)
+        self._names.add(doc.name)
+        text = doc.text.encode("utf-8")
+        self._text_f.write(text)
+        self._text_lens.append(len(text))
+        d = self._docs
+        d["name"].append(doc.name)
+        d["source_path"].append(doc.source_path)
+        d["media_type"].append(doc.media_type)
+        d["source_sha256"].append(doc.source_sha256)
+        d["title"].append(doc.title)
+        d["extractor"].append(doc.extractor)
+        d["status"].append(doc.status)
+        d["reason"].append(doc.reason)
+        d["stage"].append(doc.stage)
+        d["decoding"].append(doc.decoding)
+        d["warnings"].append(json.dumps(doc.warnings, ensure_ascii=False))
+        d["text_sha256"].append(hashlib.sha256(text).hexdigest())
+        d["source_size"].append(doc.source_size)
+        d["extractor_version"].append(doc.extractor_version)
+        d["replaced"].append(doc.replaced)
+
+        sections = doc.sections
+        base = self._n_sections
+        self._sec["document"].extend([row] * len(sections))
+        self._sec["parent"].extend([s.parent + base if s.parent >= 0 else -1 for s in sections])
+        self._sec["level"].extend([s.level for s in sections])
+        self._sec["from"].extend([s.start for s in sections])
+        self._sec["to"].extend([s.end for s in sections])
+        self._sec_titles.extend(s.title for s in sections)
+        self._n_sections += len(sections)
+
+        self._page["document"].extend([row] * len(doc.pages))
+        self._page["number"].extend([p.number for p in doc.pages])
+        self._page["from"].extend([p.start for p in doc.pages])
+        self._page["to"].extend([p.end for p in doc.pages])
+
+        self._chunk["document"].extend([row] * len(chunks))
+        self._chunk["section"].extend([c.section + base for c in chunks])
+        self._chunk["from"].extend([c.start for c in chunks])
+        self._chunk["to"].extend([c.end for c in chunks])
+        self._chunk["page"].extend([c.page or 0 for c in chunks])
+        self._chunk["tokens"].extend([c.tokens for c in chunks])
+        self._n_chunks += len(chunks)
+        if self._vec_f is not None and vectors is not None and len(chunks):
+            self._vec_f.write(np.ascontiguousarray(vectors, dtype="<f2").tobytes())
+            self._n_vectors += len(chunks)
+        return row
+
+    def set_postings(self, postings: PostingsLike) -> None:
+        self._require("adding", "set postings")
+        if len(postings.doc_len) != self._n_chunks:
+            raise ValueError(
+                f"postings cover {len(postings.doc_len)} chunks, the pack has {self._n_chunks}"
+            )
+        self._postings = postings
+
+    def set_search_defaults(
+        self, max_distance: float, calibration: Mapping[str, Any] | None = None
+    ) -> None:
+        self._require("adding", "set search defaults")
+        self._search = {F.SEARCH_MAX_DISTANCE: float(max_distance)}
+        if calibration is not None:
+            self._search[F.SEARCH_CALIBRATION] = json.dumps(dict(calibration), sort_keys=True)
+
+    @property
+    def n_chunks(self) -> int:
+        return self._n_chunks
+
+    # -- finishing ---------------------------------------------------------------------------
+    def commit(self) -> CommitResult:
+        """Write everything, hash it, stamp the manifest, fsync and atomically replace the output."""
+        self._require("adding", "commit")
+        if self._postings is None:
+            raise RuntimeError("PackWriter: set_postings() before commit()")
+        try:
+            self._text_f.close()
+            if self._vec_f is not None:
+                self._vec_f.close()
+            elements, counts = self._write_hdf5()
+            size, sha = hash_hdf5_bytes(self.tmp)
+            manifest = Manifest(
+                format_version=F.FORMAT_VERSION,
+                file_size=size,
+                hdf5_sha256=sha,
+                counts=counts,
+                elements=elements,
+                kbpack_version=__version__,
+                created=self.created,
+            )
+            write_header(self.tmp, encode_header(manifest.to_json_bytes()))
+            _fsync_file(self.tmp)
+            os.replace(self.tmp, self.out)
+            _fsync_dir(self.out.parent)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG):
+                raise PackError(
+                    f"{self.out}: no space to write the pack ({e.strerror}); the existing file is untouched"
+                ) from e
+            raise
+        self._state = "committed"
+        self._cleanup_spools()
+        return CommitResult(self.out, size, counts)
+
+    def abort(self) -> None:
+        """Remove the temp files; the output path is left as it was."""
+        if self._state == "aborted":
+            return
+        self._state = "aborted"
+        for f in (self._text_f, self._vec_f):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        with contextlib.suppress(OSError):
+            self.tmp.unlink(missing_ok=True)
+        self._cleanup_spools()
+
+    def _cleanup_spools(self) -> None:
+        for p in (self._text_spool, self._vec_spool):
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)
+
+    def _write_hdf5(self) -> tuple[dict[str, str], dict[str, int]]:
+        import h5py
+
+        elements: dict[str, str] = {}
+        postings = self._postings
+        assert postings is not None
+        d = self._docs
+        statuses = d["status"]
+        n_terms = len(postings.terms)
+        from kbpack.lexical import TermLookup
+
+        lookup = TermLookup.from_terms(postings.terms)
+        model_bytes = self.gguf.stat().st_size if (self.gguf and self.model) else 0
+        counts = {
+            "documents": len(statuses),
+            "documents_ok": statuses.count("ok"),
+            "documents_failed": statuses.count("failed"),
+            "documents_skipped": statuses.count("skipped"),
+            "sections": self._n_sections,
+            "pages": sum(len(p) for p in self._page["number"].parts),
+            "chunks": self._n_chunks,
+            "vectors": self._n_vectors,
+            "terms": n_terms,
+            "terms_plus_one": n_terms + 1,
+            "terms_bytes": int(lookup.blob.size),
+            "postings": int(postings.chunk.size),
+            "model_bytes": model_bytes,
+        }
+        with h5py.File(
+            self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")
+        ) as h:
+            root_attrs = {
+                F.A_KIND: "kbpack",
+                F.A_VERSION: F.FORMAT_VERSION,
+                F.A_DESCRIPTION: "kbpack knowledge pack: documents, chunks, vectors, BM25; see spec/FORMAT.md",
+                F.R_FORMAT_VERSION: F.FORMAT_VERSION,
+                F.R_KBPACK_VERSION: __version__,
+                F.R_PIPELINE_VERSION: F.PIPELINE_VERSION,
+                F.R_CREATED: self.created,
+                F.R_VECTORS: "dense" if self.dims else "none",
+            }
+            _set_attrs(h, root_attrs)
+            elements["/@attrs"] = attrs_digest(root_attrs)
+
+            for el in F.ELEMENTS:
+                if el.dtype:
+                    continue
+                if el.path in (F.VECTORS, F.MODEL) and not self.dims:
+                    continue
+                g = h.create_group(el.path)
+                attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
+                if el.path == F.MODEL and self.model:
+                    attrs.update({k: self.model[k] for k in F.MODEL_ATTRS})
+                elif el.path == F.BM25:
+                    attrs.update({F.BM25_K1: 1.2, F.BM25_B: 0.75, F.BM25_TOKENIZER: F.TOKENIZER_ID})
+                elif el.path == F.CHUNKS:
+                    attrs[F.CHUNK_HEADER_RULE] = F.EMBEDDED_TEXT_RULE
+                elif el.path == F.SEARCH:
+                    attrs.update(self._search)
+                elif el.path == F.VECTORS:
+                    attrs.update(
+                        {"dims": self.dims, "normalisation": "l2", "stored_dtype": "float16"}
+                    )
+                _set_attrs(g, attrs)
+                elements[el.path + "@attrs"] = attrs_digest(attrs)
+
+            def put(path: str, data: np.ndarray) -> None:
+                el = F.ELEMENT_BY_PATH[path]
+                ds = h.create_dataset(path, data=data)
+                elements[path] = numeric_digest(data)
+                self._describe(ds, el, elements)
+
+            def put_str(path: str, items: list[str]) -> None:
+                el = F.ELEMENT_BY_PATH[path]
+                ds = h.create_dataset(path, data=items, dtype=h5py.string_dtype("utf-8"))
+                elements[path] = strings_digest(items)
+                self._describe(ds, el, elements)
+
+            for key in _DOC_STR:
+                if key != "text":
+                    put_str(f"{F.DOCUMENTS}/{key}", d[key])
+            for key, dtype in _DOC_INT_TYPES.items():
+                put(f"{F.DOCUMENTS}/{key}", np.asarray(d[key], dtype=dtype))
+            self._write_text(h, elements)
+            for key, col in self._sec.items():
+                put(f"{F.SECTIONS}/{key}", col.array())
+            put_str(F.SEC_TITLE, self._sec_titles)
+            for key, col in self._page.items():
+                put(f"{F.PAGES}/{key}", col.array())
+            for key, col in self._chunk.items():
+                put(f"{F.CHUNKS}/{key}", col.array())
+            put(F.BM25_TERMS_BLOB, np.asarray(lookup.blob, dtype="u1"))
+            put(F.BM25_TERMS_OFFSETS, np.asarray(lookup.offsets, dtype="<i8"))
+            put(F.BM25_INDPTR, np.asarray(postings.indptr, dtype="<i8"))
+            put(F.BM25_CHUNK, np.asarray(postings.chunk, dtype="<i4"))
+            put(F.BM25_TF, np.asarray(postings.tf, dtype="<i4"))
+            put(F.BM25_DOC_LEN, np.asarray(postings.doc_len, dtype="<i4"))
+            if self.dims:
+                self._write_vectors(h, elements)
+                if self.gguf and self.model:
+                    self._write_gguf(h, elements)
+        return elements, counts
+
+    def _describe(self, ds: Any, el: F.Element, elements: dict[str, str]) -> None:
+        attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
+        _set_attrs(ds, attrs)
+        elements[el.path + "@attrs"] = attrs_digest(attrs)
+
+    def _write_text(self, h: Any, elements: dict[str, str]) -> None:
+        import h5py
+
+        n = len(self._text_lens)
+        ds = h.create_dataset(F.DOC_TEXT, shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        digest = StreamDigest()
+        with open(self._text_spool, "rb") as f:
+            for i, length in enumerate(self._text_lens):
+                raw = f.read(length)
+                digest.strings([raw])
+                ds[i] = raw.decode("utf-8")
+        elements[F.DOC_TEXT] = digest.hexdigest()
+        self._describe(ds, F.ELEMENT_BY_PATH[F.DOC_TEXT], elements)
+
+    def _write_vectors(self, h: Any, elements: dict[str, str]) -> None:
+        assert self.dims
+        n = self._n_vectors
+        ds = h.create_dataset(F.VEC_DATA, shape=(n, self.dims), dtype="<f2")
+        digest = StreamDigest()
+        row_bytes = self.dims * 2
+        with open(self._vec_spool, "rb") as f:
+            for at in range(0, n, BLOCK_ROWS):
+                rows = min(BLOCK_ROWS, n - at)
+                block = np.frombuffer(f.read(rows * row_bytes), dtype="<f2").reshape(
+                    rows, self.dims
+                )
+                ds[at : at + rows] = block
+                digest.numeric(block)
+        elements[F.VEC_DATA] = digest.hexdigest()
+        self._describe(ds, F.ELEMENT_BY_PATH[F.VEC_DATA], elements)
+
+    def _write_gguf(self, h: Any, elements: dict[str, str]) -> None:
+        assert self.gguf
+        size = self.gguf.stat().st_size
+        ds = h.create_dataset(F.MODEL_GGUF, shape=(size,), dtype="u1")
+        digest = StreamDigest()
+        block = 16 * 2**20
+        with open(self.gguf, "rb") as f:
+            for at in range(0, size, block):
+                data = np.frombuffer(f.read(block), dtype="u1")
+                ds[at : at + data.size] = data
+                digest.numeric(data)
+        elements[F.MODEL_GGUF] = digest.hexdigest()
+        self._describe(ds, F.ELEMENT_BY_PATH[F.MODEL_GGUF], elements)
+
+
+_DOC_STR = (
+    "name",
+    "source_path",
+    "media_type",
+    "source_sha256",
+    "title",
+    "extractor",
+    "status",
+    "reason",
+    "stage",
+    "decoding",
+    "warnings",
+    "text_sha256",
+)
+_DOC_INT_TYPES = {"source_size": "<i8", "extractor_version": "<i4", "replaced": "<i8"}
+_DOC_INT = tuple(_DOC_INT_TYPES)
+_SEC_COLS = {"document": "<i4", "parent": "<i4", "level": "i1", "from": "<i8", "to": "<i8"}
+_PAGE_COLS = {"document": "<i4", "number": "<i4", "from": "<i8", "to": "<i8"}
+_CHUNK_COLS = {
+    "document": "<i4",
+    "section": "<i4",
+    "from": "<i8",
+    "to": "<i8",
+    "page": "<i4",
+    "tokens": "<i4",
+}
+
+
+def _set_attrs(obj: Any, attrs: Mapping[str, Any]) -> None:
+    for k, v in attrs.items():
+        obj.attrs[k] = v
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+__all__ = ["CommitResult", "PackWriter"]

@@ -1,0 +1,303 @@
+"""Query a pack: BM25 top-N and dense top-N, fused by weighted reciprocal rank fusion, gated by a
+refusal threshold, returned as citations.
+
+Fusion rule (README "Retrieval"): RRF with k = 60 over the dense and BM25 candidate lists.
+The dense list always has weight 1. The lexical list has weight 1 when the query carries a
+*code-like* term (underscore, digit, inner capital, or a leading ``-``/``%``/``.``), and
+``LEXICAL_WEIGHT_PLAIN`` otherwise: BM25 is trusted where exact tokens matter and kept as a
+tie-breaker where the query is a paraphrase.
+
+Refusal gate: a result is good enough when its cosine distance is at most the threshold; in
+hybrid mode a chunk whose text holds every code-like query term is good enough whatever its
+distance (exact identifiers are answers even when the embedding does not know them). In bm25
+mode (or a lexical-only fallback) a chunk must hold at least one query term.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kbpack.lexical import TermLookup, bm25_scores, tokenize
+from kbpack.pack import format as F
+from kbpack.pack.read import PackReader
+
+RRF_K = 60
+CANDIDATES = 100  # per list; the fused list is cut to k afterwards
+LEXICAL_WEIGHT_PLAIN = 0.5
+MODES = ("hybrid", "dense", "bm25")
+
+_CODE_LIKE = re.compile(r"(^[-%.#$@]\S)|_|\d|[a-z][A-Z]|^[A-Z]{2,}")
+
+
+@dataclass
+class Result:
+    rank: int
+    chunk: int
+    doc: str
+    section: str
+    start: int
+    end: int
+    page: int | None
+    locator: str
+    distance: float | None
+    bm25_rank: int | None
+    dense_rank: int | None
+    score: float
+    content: str
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["from"] = d.pop("start")
+        d["to"] = d.pop("end")
+        return d
+
+
+@dataclass
+class SearchResponse:
+    query: str
+    mode: str
+    results: list[Result]
+    answered: bool
+    threshold: float | None
+    lexical_only: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "answer": [r.as_dict() for r in self.results] if self.answered else None,
+            "results": [r.as_dict() for r in self.results],
+            "threshold": self.threshold,
+            "lexical_only": self.lexical_only,
+            "notes": self.notes,
+        }
+
+
+def code_like_terms(query: str) -> list[str]:
+    """Query words that look like identifiers or codes: they make lexical evidence decisive."""
+    words = [w.strip("\"'`()[]{},;:!?") for w in query.split()]
+    return [w for w in words if w and _CODE_LIKE.search(w)]
+
+
+class Searcher:
+    """Search over one open pack. ``embedder`` is None when dense search cannot run."""
+
+    def __init__(self, reader: PackReader, embedder: Any | None, notes: Sequence[str] = ()) -> None:
+        self.r = reader
+        self.embedder = embedder
+        self.notes = list(notes)
+        self._lookup: TermLookup | None = None
+
+    # -- the lists ---------------------------------------------------------------------------
+    def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        r = self.r
+        if self._lookup is None:
+            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
+        k1, b = r.bm25_params
+        ids, scores = bm25_scores(
+            query,
+            self._lookup,
+            r.dataset(F.BM25_INDPTR),
+            r.dataset(F.BM25_CHUNK),
+            r.dataset(F.BM25_TF),
+            r.column(F.BM25_DOC_LEN),
+            k1=k1,
+            b=b,
+        )
+        if mask is not None and ids.size:
+            keep = mask[ids]
+            ids, scores = ids[keep], scores[keep]
+        order = np.lexsort((ids, -scores))[:CANDIDATES]
+        return ids[order], scores[order]
+
+    def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        assert self.embedder is not None
+        q = self.embedder.embed([query])[0].astype(np.float32)
+        vectors = self.r.vectors()
+        sims = vectors @ q
+        if mask is not None:
+            sims = np.where(mask, sims, -np.inf)
+        n = min(CANDIDATES, int(np.isfinite(sims).sum()))
+        if n == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        top = np.argpartition(-sims, n - 1)[:n] if n < sims.size else np.arange(sims.size)
+        top = top[np.lexsort((top, -sims[top]))]
+        return top, 1.0 - sims[top]
+
+    def dense_distances(self, query: str) -> np.ndarray:
+        """Cosine distance of the query to every chunk (for calibration and tests)."""
+        assert self.embedder is not None
+        q = self.embedder.embed([query])[0].astype(np.float32)
+        return 1.0 - self.r.vectors() @ q
+
+    # -- filters -----------------------------------------------------------------------------
+    def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
+        if not (doc or kind or section):
+            return None
+        r = self.r
+        names = r.strings(F.DOC_NAME)
+        keep_doc = np.ones(len(names), dtype=bool)
+        if doc:
+            keep_doc &= np.array([fnmatch.fnmatch(n, doc) for n in names], dtype=bool)
+        if kind:
+            ext = [e.split("/", 1)[0] for e in r.strings(F.DOC_EXTRACTOR)]
+            keep_doc &= np.array([e == kind.lower().lstrip(".") for e in ext], dtype=bool)
+        mask = keep_doc[r.column(F.CHUNK_DOCUMENT)]
+        if section:
+            needle = section.casefold()
+            sec_ids = np.unique(r.column(F.CHUNK_SECTION)[mask])
+            ok = {
+                int(s) for s in sec_ids if needle in " > ".join(r.section_path(int(s))).casefold()
+            }
+            mask &= np.isin(r.column(F.CHUNK_SECTION), list(ok))
+        return mask
+
+    # -- the query ---------------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        max_distance: float | None = None,
+        refuse: bool = True,
+        doc: str | None = None,
+        kind: str | None = None,
+        section: str | None = None,
+        context: str = "chunk",
+    ) -> SearchResponse:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        notes = list(self.notes)
+        lexical_only = False
+        if mode != "bm25" and self.embedder is None:
+            lexical_only = True
+            mode_used = "bm25"
+        else:
+            mode_used = mode
+        threshold = self.r.search_defaults["max_distance"] if max_distance is None else max_distance
+        mask = self._mask(doc, kind, section)
+
+        bm_ids, bm_scores = (
+            self._bm25(query, mask)
+            if mode_used in ("hybrid", "bm25")
+            else (np.zeros(0, np.int64), None)
+        )
+        de_ids, de_dist = (
+            self._dense(query, mask)
+            if mode_used in ("hybrid", "dense")
+            else (np.zeros(0, np.int64), None)
+        )
+        bm_rank = {int(c): i + 1 for i, c in enumerate(bm_ids)}
+        de_rank = {int(c): i + 1 for i, c in enumerate(de_ids)}
+        dist = {
+            int(c): float(d)
+            for c, d in zip(de_ids, de_dist if de_dist is not None else [], strict=False)
+        }
+
+        codes = code_like_terms(query)
+        if mode_used == "hybrid":
+            w_lex = 1.0 if codes else LEXICAL_WEIGHT_PLAIN
+            fused: dict[int, float] = {}
+            for c, rnk in de_rank.items():
+                fused[c] = fused.get(c, 0.0) + 1.0 / (RRF_K + rnk)
+            for c, rnk in bm_rank.items():
+                fused[c] = fused.get(c, 0.0) + w_lex / (RRF_K + rnk)
+            ordered = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+        elif mode_used == "dense":
+            ordered = [(c, 1.0 - dist[c]) for c in de_rank]
+        else:
+            assert bm_scores is not None
+            ordered = [(int(c), float(s)) for c, s in zip(bm_ids, bm_scores, strict=True)]
+
+        # Chunks fused from the BM25 list only have no distance yet: compute it (one dot each).
+        if self.embedder is not None and mode_used == "hybrid":
+            missing = [c for c, _ in ordered[: k * 4] if c not in dist]
+            if missing:
+                q = self.embedder.embed([query])[0].astype(np.float32)
+                vec = self.r.dataset(F.VEC_DATA)
+                for c in missing:
+                    dist[c] = float(1.0 - np.dot(vec[c].astype(np.float32), q))
+
+        def passes(c: int) -> bool:
+            if not refuse:
+                return True
+            if mode_used == "bm25":
+                return c in bm_rank
+            if dist.get(c, 2.0) <= threshold:
+                return True
+            return mode_used == "hybrid" and bool(codes) and self._holds_all(c, codes)
+
+        results: list[Result] = []
+        for c, score in ordered:
+            if len(results) >= k:
+                break
+            if not passes(c):
+                continue
+            results.append(
+                self._result(
+                    len(results) + 1, c, score, dist.get(c), bm_rank.get(c), de_rank.get(c), context
+                )
+            )
+        if lexical_only and not notes:
+            notes.append("dense search did not run: lexical-only results")
+        return SearchResponse(
+            query=query,
+            mode=mode_used,
+            results=results,
+            answered=bool(results),
+            threshold=None if mode_used == "bm25" else threshold,
+            lexical_only=lexical_only,
+            notes=notes,
+        )
+
+    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
+        tokens = set(tokenize(self.r.chunk_content(chunk)))
+        return all(set(tokenize(code)) <= tokens for code in codes)
+
+    def _result(
+        self,
+        rank: int,
+        c: int,
+        score: float,
+        distance: float | None,
+        bm25_rank: int | None,
+        dense_rank: int | None,
+        context: str,
+    ) -> Result:
+        r = self.r
+        doc = int(r.column(F.CHUNK_DOCUMENT)[c])
+        sec = int(r.column(F.CHUNK_SECTION)[c])
+        start, end = int(r.column(F.CHUNK_FROM)[c]), int(r.column(F.CHUNK_TO)[c])
+        page = int(r.column(F.CHUNK_PAGE)[c]) or None
+        if context == "section":
+            start, end = int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
+        name = r.strings(F.DOC_NAME)[doc]
+        content = r.text(doc)[start:end]
+        return Result(
+            rank=rank,
+            chunk=c,
+            doc=name,
+            section=" > ".join(r.section_path(sec)),
+            start=start,
+            end=end,
+            page=page,
+            locator=locator(name, start, end, page),
+            distance=None if distance is None else round(distance, 6),
+            bm25_rank=bm25_rank,
+            dense_rank=dense_rank,
+            score=round(score, 6),
+            content=content,
+        )
+
+
+def locator(name: str, start: int, end: int, page: int | None) -> str:
+    """``name#char=from,to`` (RFC 5147 style); PDFs lead with ``page=N`` (PDF Open Parameters)."""
+    frag = f"char={start},{end}"
+    return f"{name}#page={page}&{frag}" if page else f"{name}#{frag}"
