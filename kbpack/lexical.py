@@ -1,0 +1,314 @@
+"""Lexical search: the tokenizer, BM25 postings (build) and BM25 scoring (query).
+
+Postings are stored CSC-style with raw term frequencies and per-chunk lengths, never baked
+scores, so chunks can be added or removed later and k1/b changed without re-indexing.
+
+BM25 (Robertson/Sparck Jones, Lucene's idf)::
+
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))          # always > 0
+    score(q, c) = sum over DISTINCT terms t of tokenize(q) present in c of
+                  idf(t) * tf(t,c) * (k1 + 1) / (tf(t,c) + k1 * (1 - b + b * len(c) / avglen))
+
+N is the number of chunks (empty ones included), df(t) the number of chunks containing t,
+tf(t,c) the raw count of t in tokenize(content of c), len(c) = len(tokenize(content of c)) and
+avglen the mean of len over all N chunks. A term repeated in the query counts once.
+Defaults k1 = 1.2, b = 0.75.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+K1 = 1.2
+B = 0.75
+MAX_TOKEN_CHARS = 64
+
+# Han (incl. extensions and compatibility ideographs), Hiragana, Katakana (without the middle
+# dot U+30FB), Hangul jamo and syllables. These scripts are written without spaces between
+# words, so they are indexed as characters and character bigrams instead of words.
+_CJK = (
+    "\u1100-\u11ff\u3040-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003ffff"
+)
+_WORD = rf"[^\W_{_CJK}]"  # a letter or number (str.isalnum) that is not CJK
+_JOIN = r"[_\-./:'’@\\]"
+_TOKEN_RE = re.compile(
+    rf"(?P<cjk>[{_CJK}]+)|(?P<sigil>--?|[%$#@])?(?P<word>{_WORD}+(?:{_JOIN}+{_WORD}+)*)"
+)
+_RUN_RE = re.compile(rf"{_WORD}+")
+
+
+def normalize(text: str) -> str:
+    """NFKC, then casefold, then NFKC again (casefold can leave text that is not NFKC)."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+
+def tokenize(text: str) -> list[str]:
+    """Split text into BM25 terms, in order of appearance (duplicates kept).
+
+    1. ``t = NFKC(casefold(NFKC(text)))``.
+    2. Scan ``t`` left to right with this regular expression (Python ``re`` syntax; at each
+       position the leftmost alternative that matches wins, matches never overlap)::
+
+           (?P<cjk>[C]+) | (?P<sigil>--?|[%$#@])? (?P<word>W+(?:J+W+)*)
+
+       where ``W`` is a letter or number (a code point whose general category is L*, or that has
+       a Unicode Numeric_Type; Python's ``str.isalnum``) that is not in ``C``; ``J`` is a
+       joiner, one of ``_ - . / : ' ’ @ \\``; ``C`` is the CJK set: U+1100-11FF, U+3040-30FA,
+       U+30FC-30FF, U+3130-318F, U+31F0-31FF, U+3400-4DBF, U+4E00-9FFF, U+AC00-D7AF,
+       U+F900-FAFF, U+20000-3FFFF. Everything else (spaces, other punctuation) separates.
+    3. For a ``word`` match (a compound such as ``check_same_thread``, ``eu-west-1``,
+       ``os.path.join``, ``dell'indice``): emit ``sigil + word`` if a sigil matched (so ``-x``,
+       ``--strict``, ``%z``, ``$home`` are findable as typed), then ``word``, then, when the word
+       holds more than one ``W+`` run, each run in order (``check``, ``same``, ``thread``).
+    4. For a ``cjk`` run of n characters: emit, in order, each character followed by the bigram
+       it starts (``東京都`` -> ``東``, ``東京``, ``京``, ``京都``, ``都``).
+    5. Every emitted term longer than 64 code points is cut to its first 64.
+
+    No stemming and no stopwords: identifiers, codes and Italian or English words are matched as
+    written, up to case and Unicode compatibility forms.
+    """
+    out: list[str] = []
+    for m in _TOKEN_RE.finditer(normalize(text)):
+        cjk = m.group("cjk")
+        if cjk is not None:
+            for i, ch in enumerate(cjk):
+                out.append(ch)
+                if i + 1 < len(cjk):
+                    out.append(cjk[i : i + 2])
+            continue
+        word = m.group("word")
+        sigil = m.group("sigil")
+        if sigil:
+            out.append((sigil + word)[:MAX_TOKEN_CHARS])
+        out.append(word[:MAX_TOKEN_CHARS])
+        runs = _RUN_RE.findall(word)
+        if len(runs) > 1:
+            out.extend(r[:MAX_TOKEN_CHARS] for r in runs)
+    return out
+
+
+@dataclass
+class Postings:
+    """BM25 postings in CSC layout: the postings of ``terms[i]`` are rows
+    ``indptr[i]:indptr[i+1]`` of ``chunk`` (ascending chunk ids) and ``tf`` (raw counts)."""
+
+    terms: list[str]  # sorted by UTF-8 bytes (= code point order), unique
+    indptr: np.ndarray  # int64, len(terms) + 1
+    chunk: np.ndarray  # int32
+    tf: np.ndarray  # int32
+    doc_len: np.ndarray  # int32, one per chunk, len(tokenize(content))
+
+
+class PostingsBuilder:
+    """Streams chunks into postings; memory grows with the number of postings, not with text.
+
+    Each chunk contributes one (term id, chunk id, tf) triple per distinct term, kept in compact
+    typed arrays (12 bytes per posting); ``finish`` sorts them into CSC order once.
+    """
+
+    def __init__(self) -> None:
+        self._vocab: dict[str, int] = {}
+        self._term = array("i")
+        self._chunk = array("i")
+        self._tf = array("i")
+        self._doc_len = array("i")
+        self._finished = False
+
+    def add(self, chunk_id: int, text: str) -> None:
+        """Index one chunk's content. Chunk ids must ascend (0, 1, 2, ...); a skipped id is an
+        empty chunk."""
+        if self._finished:
+            raise ValueError("PostingsBuilder.add after finish")
+        if chunk_id < len(self._doc_len):
+            raise ValueError(
+                f"chunk ids must ascend: got {chunk_id} after {len(self._doc_len) - 1}"
+            )
+        self._doc_len.extend([0] * (chunk_id - len(self._doc_len)))
+        tokens = tokenize(text)
+        self._doc_len.append(len(tokens))
+        vocab = self._vocab
+        counts = Counter(tokens)
+        for term, n in counts.items():
+            tid = vocab.get(term)
+            if tid is None:
+                tid = vocab[term] = len(vocab)
+            self._term.append(tid)
+        self._chunk.extend([chunk_id] * len(counts))
+        self._tf.extend(counts.values())
+
+    def finish(self, n_chunks: int) -> Postings:
+        """Return the postings of chunks ``0..n_chunks-1`` (those never added are empty)."""
+        if n_chunks < len(self._doc_len):
+            raise ValueError(f"n_chunks={n_chunks} but chunk {len(self._doc_len) - 1} was added")
+        self._finished = True
+        self._doc_len.extend([0] * (n_chunks - len(self._doc_len)))
+        terms = sorted(self._vocab)  # str order is code point order, which is UTF-8 byte order
+        rank = np.empty(len(terms), dtype=np.int64)
+        rank[[self._vocab[t] for t in terms]] = np.arange(len(terms), dtype=np.int64)
+        self._vocab = {}
+        term_rank = rank[np.frombuffer(self._term, dtype=np.int32)]
+        # Chunk ids were appended in ascending order, so a stable sort by term keeps them sorted.
+        order = np.argsort(term_rank, kind="stable")
+        counts = np.bincount(term_rank, minlength=len(terms))
+        indptr = np.zeros(len(terms) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        chunk = np.frombuffer(self._chunk, dtype=np.int32)[order]
+        tf = np.frombuffer(self._tf, dtype=np.int32)[order]
+        doc_len = np.frombuffer(self._doc_len, dtype=np.int32).copy()
+        self._term = self._chunk = self._tf = self._doc_len = array("i")
+        return Postings(terms=terms, indptr=indptr, chunk=chunk, tf=tf, doc_len=doc_len)
+
+
+class TermLookup:
+    """Term -> row number by binary search over a UTF-8 blob, without a Python list of terms.
+
+    ``blob`` holds the terms' UTF-8 bytes back to back in ascending byte order; term ``i`` is
+    ``blob[offsets[i]:offsets[i+1]]``. This is exactly what a pack stores.
+    """
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
+        self.blob = np.asarray(blob, dtype=np.uint8)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self._bytes = self.blob.tobytes()
+        self._off = self.offsets.tolist()
+
+    @classmethod
+    def from_terms(cls, terms: Sequence[str]) -> TermLookup:
+        """Build from terms already in ascending order (their index is their postings row)."""
+        encoded = [t.encode("utf-8") for t in terms]
+        for i in range(1, len(encoded)):
+            if encoded[i - 1] >= encoded[i]:
+                raise ValueError(
+                    f"terms must be unique and sorted: {terms[i - 1]!r} >= {terms[i]!r}"
+                )
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        return cls(blob, offsets)
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def term(self, row: int) -> str:
+        return self._bytes[self._off[row] : self._off[row + 1]].decode("utf-8")
+
+    def find(self, term: str) -> int | None:
+        """Row of ``term`` (already tokenized), or None when no chunk contains it."""
+        key = term.encode("utf-8")
+        data, off = self._bytes, self._off
+        lo, hi = 0, len(off) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if data[off[mid] : off[mid + 1]] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(off) - 1 and data[off[lo] : off[lo + 1]] == key:
+            return lo
+        return None
+
+    def problems(self) -> list[str]:
+        """Structural defects (for verify): offsets out of order or range, bad UTF-8, terms not
+        strictly ascending. Empty when the lookup is sound."""
+        out: list[str] = []
+        off = self.offsets
+        if len(off) == 0 or off[0] != 0:
+            return ["offsets must start at 0"]
+        if np.any(np.diff(off) < 0):
+            return ["offsets must not decrease"]
+        if off[-1] != len(self._bytes):
+            return [f"offsets end at {int(off[-1])} but the blob holds {len(self._bytes)} bytes"]
+        prev: bytes | None = None
+        for i in range(len(self)):
+            cur = self._bytes[self._off[i] : self._off[i + 1]]
+            try:
+                cur.decode("utf-8")
+            except UnicodeDecodeError:
+                out.append(f"term {i} is not valid UTF-8")
+            if prev is not None and prev >= cur:
+                out.append(f"term {i} is not greater than term {i - 1}")
+            prev = cur
+            if len(out) >= 10:
+                break
+        return out
+
+
+def query_terms(query: str) -> list[str]:
+    """Distinct terms of a query, in first-seen order (a repeated term counts once)."""
+    return list(dict.fromkeys(tokenize(query)))
+
+
+def bm25_scores(
+    query: str,
+    lookup: TermLookup,
+    indptr: Any,
+    chunk: Any,
+    tf: Any,
+    doc_len: np.ndarray,
+    k1: float = K1,
+    b: float = B,
+    avg_len: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 scores of every chunk that shares a term with ``query``.
+
+    Returns ``(chunk ids ascending as int64, float64 scores > 0)``. ``indptr``, ``chunk`` and
+    ``tf`` may be numpy arrays or h5py datasets: only the slices of the query's terms are read.
+    ``avg_len`` may be passed to skip recomputing the mean of ``doc_len`` per query.
+    """
+    n = len(doc_len)
+    rows = [r for r in (lookup.find(t) for t in query_terms(query)) if r is not None]
+    if not rows or n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    avg = float(np.mean(doc_len, dtype=np.float64)) if avg_len is None else avg_len
+    if avg <= 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    id_parts: list[np.ndarray] = []
+    score_parts: list[np.ndarray] = []
+    for r in rows:
+        lo, hi = (int(x) for x in indptr[r : r + 2])
+        if hi <= lo:
+            continue
+        ids = np.asarray(chunk[lo:hi], dtype=np.int64)
+        f = np.asarray(tf[lo:hi], dtype=np.float64)
+        df = hi - lo
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        norm = k1 * (1.0 - b + b * (doc_len[ids] / avg))
+        id_parts.append(ids)
+        score_parts.append(idf * f * (k1 + 1.0) / (f + norm))
+    if not id_parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    if len(id_parts) == 1:
+        return id_parts[0], score_parts[0]
+    all_ids = np.concatenate(id_parts)
+    all_scores = np.concatenate(score_parts)
+    if len(all_ids) * 8 > n:
+        # Many postings: a dense accumulator is cheaper than sorting them.
+        acc = np.zeros(n, dtype=np.float64)
+        for ids, s in zip(id_parts, score_parts, strict=True):
+            acc[ids] += s  # ids are unique within one term's postings
+        hit = np.flatnonzero(acc)
+        return hit.astype(np.int64), acc[hit]
+    uniq, inverse = np.unique(all_ids, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=all_scores, minlength=len(uniq))
+
+
+def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best ``(ids, scores)``, best first; equal scores ordered by ascending id."""
+    if k <= 0 or len(ids) == 0:
+        return ids[:0], scores[:0]
+    if len(ids) > k:
+        # Keep everything tied with the k-th score so the tie-break below sees all candidates.
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = np.flatnonzero(scores >= kth)
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((ids, -scores))[:k]
+    return ids[order], scores[order]
