@@ -199,7 +199,7 @@ def _blocks(text: str, s: int, e: int) -> list[tuple[int, int, int]]:
         pos = line_end + 1
     flush_para()
     if fence is not None:  # unclosed fence: the code block runs to the end of the segment
-        blocks.append(_trim(text, fence[2], e) + (LINE,))
+        blocks.append((*_trim(text, fence[2], e), LINE))
     return blocks
 
 

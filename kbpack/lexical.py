@@ -137,7 +137,7 @@ class PostingsBuilder:
         self._doc_len.append(len(tokens))
         vocab = self._vocab
         counts = Counter(tokens)
-        for term, n in counts.items():
+        for term in counts:
             tid = vocab.get(term)
             if tid is None:
                 tid = vocab[term] = len(vocab)
