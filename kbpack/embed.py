@@ -1,0 +1,212 @@
+"""Embedder: texts -> L2-normalised float32 vectors, computed locally by llama.cpp.
+
+llama.cpp aborts the whole process (SIGABRT, uncatchable) when a batch holds more tokens than
+``n_ubatch`` for a non-causal model, or when positions exceed the model's. So the context is
+sized from the model (``n_ctx = n_batch = n_ubatch``, never above its positions) and every
+input is tokenized first and cut to the token window explicitly -- counted in ``truncated`` --
+before llama.cpp sees it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.errors import ModelError
+from kbpack.model import keys as K
+from kbpack.model.cache import default_model_path
+from kbpack.model.gguf_header import read_gguf_metadata
+from kbpack.model.identity import ModelIdentity, identify_gguf, sha256_file
+
+__all__ = ["Embedder", "ModelIdentity", "default_model_path", "sha256_file"]
+
+# Tokens per llama_decode call. Attention inside one batch is computed across all its tokens
+# (masked per sequence), so larger batches cost more than they save; see bench/embed.py.
+BATCH_TOKENS = 512
+# A foreign GGUF may declare a 32k+ context; its window is capped so the buffers stay small.
+MAX_WINDOW = 8192
+
+_llama_errors: deque[str] = deque(maxlen=4)
+_log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
+
+
+def available_threads() -> int:
+    """CPUs this process may run on (cgroup/affinity aware), not the machine's total."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class Embedder:
+    """One loaded GGUF embedding model.
+
+    ``embed(texts)`` returns float32 ``(n, dims)`` unit vectors, in input order. Inputs longer
+    than ``window`` tokens are cut to ``window`` (keeping the closing special token, as
+    sentence-transformers does) and counted in ``truncated``; callers that must not lose text
+    check ``count_tokens`` first.
+    """
+
+    def __init__(self, model_path: Path | None = None, *, threads: int | None = None) -> None:
+        path = Path(model_path) if model_path is not None else default_model_path()
+        if not path.is_file():
+            raise ModelError(f"{path}: model file not found; pass an existing FILE.gguf")
+        self.path = path
+        self.identity: ModelIdentity = identify_gguf(path)  # validates the header first
+        meta = read_gguf_metadata(path)
+        positions = int(meta[K.CONTEXT_LENGTH.format(arch=self.identity.architecture)])
+        self.window: int = min(self.identity.window, MAX_WINDOW)
+        if self.window != self.identity.window:
+            self.identity = _replace(self.identity, window=self.window)
+        self.dims: int = self.identity.dims
+        self.truncated: int = 0
+        self.threads = threads or available_threads()
+        # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
+        self._n_ctx = min(positions, max(self.window, BATCH_TOKENS))
+        self._llm = _load(path, self._n_ctx, self.threads)
+        n_embd = int(self._llm.n_embd())
+        if n_embd != self.dims:
+            raise ModelError(f"{path}: llama.cpp reports {n_embd} dims, the header {self.dims}")
+        self._prefix, self._suffix = self._special_layout()
+
+    # -- tokens --------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        """The model's own tokens for ``text``, special tokens included, never truncated."""
+        # special=False: a literal "[CLS]" in a document is text, not a control token.
+        tokens: list[int] = self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=True)
+        return tokens
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens that would reach the model for ``text`` if the window were unlimited."""
+        return len(self.tokenize(text))
+
+    def fit(self, tokens: list[int]) -> list[int]:
+        """``tokens`` cut to the window, keeping the model's closing special tokens."""
+        if len(tokens) <= self.window:
+            return tokens
+        keep = self.window - self._suffix
+        return tokens[:keep] + tokens[len(tokens) - self._suffix :]
+
+    # -- vectors -------------------------------------------------------------------------
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 (len(texts), dims), L2-normalised, in input order."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of strings; wrap a single text in a list")
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        if not texts:
+            return out
+        tokenized = []
+        for text in texts:
+            tokens = self.tokenize(text)
+            if len(tokens) > self.window:
+                self.truncated += 1
+                tokens = self.fit(tokens)
+            tokenized.append(tokens)
+        # Similar lengths together: batches fill evenly and attention wastes less.
+        order = sorted(range(len(texts)), key=lambda i: len(tokenized[i]))
+        batch: list[int] = []
+        used = 0
+        for i in order:
+            n = len(tokenized[i])
+            if batch and used + n > self._n_ctx:
+                self._decode(batch, tokenized, out)
+                batch, used = [], 0
+            batch.append(i)
+            used += n
+        self._decode(batch, tokenized, out)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+            raise ModelError(f"{self.path}: the model produced a zero or non-finite vector")
+        out /= norms
+        return out
+
+    def _decode(self, batch: list[int], tokenized: list[list[int]], out: np.ndarray) -> None:
+        import llama_cpp
+
+        llm = self._llm
+        llm._batch.reset()
+        for seq, i in enumerate(batch):
+            llm._batch.add_sequence(tokenized[i], seq, True)
+        llm._ctx.kv_cache_clear()
+        try:
+            llm._ctx.decode(llm._batch)
+        except RuntimeError as e:
+            raise ModelError(f"{self.path}: llama.cpp failed to embed ({e}{_last_error()})") from e
+        finally:
+            llm._batch.reset()
+        for seq, i in enumerate(batch):
+            ptr = llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, seq)
+            if not ptr:
+                raise ModelError(f"{self.path}: llama.cpp returned no pooled embedding")
+            out[i] = np.ctypeslib.as_array(ptr, shape=(self.dims,))
+
+    def _special_layout(self) -> tuple[int, int]:
+        """How many special tokens the model adds before and after the text."""
+        empty = self.tokenize("")
+        probe = self.tokenize("a")
+        prefix = 0
+        while prefix < len(empty) and prefix < len(probe) and empty[prefix] == probe[prefix]:
+            prefix += 1
+        return prefix, len(empty) - prefix
+
+
+def _load(path: Path, n_ctx: int, threads: int) -> Any:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise ModelError(
+            f"llama-cpp-python is not importable ({e}); install it with "
+            '`CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python`, '
+            "or build with --no-vectors"
+        ) from e
+    _silence(llama_cpp)
+    _llama_errors.clear()
+    try:
+        return llama_cpp.Llama(
+            model_path=str(path),
+            embedding=True,
+            n_ctx=n_ctx,
+            n_batch=n_ctx,
+            n_ubatch=n_ctx,  # non-causal models need a whole batch in one ubatch
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=True,
+            verbose=False,
+        )
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ModelError(f"{path}: llama.cpp cannot load the model ({e}{_last_error()})") from e
+
+
+def _silence(llama_cpp: Any) -> None:
+    """Route llama.cpp's log to a small buffer: CLI output stays clean, and the last error
+    lines can still explain a failed load."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        if level == 3:  # GGML_LOG_LEVEL_ERROR
+            _llama_errors.append(text.decode("utf-8", "replace").strip())
+
+    _log_callback = callback
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def _last_error() -> str:
+    detail = "; ".join(line for line in _llama_errors if line)
+    return f": {detail}" if detail else ""
+
+
+def _replace(identity: ModelIdentity, **changes: Any) -> ModelIdentity:
+    from dataclasses import replace
+
+    return replace(identity, **changes)

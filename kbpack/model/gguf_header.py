@@ -1,0 +1,124 @@
+"""Read a GGUF file's metadata (key/value section) without llama.cpp, bounds-checked.
+
+llama.cpp aborts or misbehaves on some malformed files; parsing the header here first turns
+"not a GGUF", "truncated" and "unsupported version" into one-line ModelErrors. Arrays are
+skipped (only their length is kept), so a 30k-token vocabulary costs a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from kbpack.errors import ModelError
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)
+MAX_KEY_BYTES = 1 << 16
+MAX_STRING_BYTES = 1 << 24
+MAX_KV = 1 << 16
+
+# GGUF value types -> struct format of the scalar.
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING, _ARRAY = 8, 9
+
+
+class ArrayInfo:
+    """An array value that was skipped: its element type and length."""
+
+    def __init__(self, element_type: int, length: int) -> None:
+        self.element_type = element_type
+        self.length = length
+
+    def __repr__(self) -> str:
+        return f"<array of {self.length}>"
+
+
+def read_gguf_metadata(path: Path) -> dict[str, Any]:
+    """The key/value metadata of ``path``; arrays come back as ArrayInfo."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            return _read(f, path, size)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
+
+
+def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
+    magic = f.read(4)
+    if magic != MAGIC:
+        raise ModelError(f"{path}: not a GGUF model file (starts with {magic!r}, not b'GGUF')")
+    r = _Reader(f, path, size)
+    version = r.scalar("<I")
+    if version not in VERSIONS:
+        raise ModelError(f"{path}: GGUF version {version} is not supported (only 2 and 3)")
+    r.scalar("<Q")  # tensor count: llama.cpp checks the tensors themselves
+    n_kv = r.scalar("<Q")
+    if n_kv > MAX_KV:
+        raise ModelError(f"{path}: GGUF header claims {n_kv} metadata keys; the file is damaged")
+    meta: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = r.string(MAX_KEY_BYTES)
+        meta[key] = r.value(r.scalar("<I"))
+    return meta
+
+
+class _Reader:
+    def __init__(self, f: BinaryIO, path: Path, size: int) -> None:
+        self.f, self.path, self.size = f, path, size
+
+    def take(self, n: int) -> bytes:
+        if self.f.tell() + n > self.size:
+            raise ModelError(f"{self.path}: GGUF header is truncated; the file is damaged")
+        return self.f.read(n)
+
+    def scalar(self, fmt: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self, limit: int = MAX_STRING_BYTES) -> str:
+        n = self.scalar("<Q")
+        if n > limit:
+            raise ModelError(f"{self.path}: GGUF string of {n} bytes; the file is damaged")
+        try:
+            return self.take(n).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ModelError(f"{self.path}: GGUF string is not UTF-8; the file is damaged") from e
+
+    def value(self, vtype: int) -> Any:
+        if vtype in _SCALARS:
+            return self.scalar(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            etype, n = self.scalar("<I"), self.scalar("<Q")
+            if etype in _SCALARS:
+                self.f.seek(self.f.tell() + n * struct.calcsize(_SCALARS[etype]))
+                if self.f.tell() > self.size:
+                    raise ModelError(f"{self.path}: GGUF array is truncated; the file is damaged")
+            elif etype == _STRING:
+                for _ in range(n):
+                    length = self._checked_length()  # reads the length: tell() moves
+                    self.f.seek(self.f.tell() + length)
+            else:
+                raise ModelError(f"{self.path}: GGUF array of type {etype}; the file is damaged")
+            return ArrayInfo(etype, n)
+        raise ModelError(f"{self.path}: GGUF value type {vtype} is unknown; the file is damaged")
+
+    def _checked_length(self) -> int:
+        n: int = self.scalar("<Q")
+        if self.f.tell() + n > self.size:
+            raise ModelError(f"{self.path}: GGUF string is truncated; the file is damaged")
+        return n

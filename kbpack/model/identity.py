@@ -1,0 +1,114 @@
+"""What identifies an embedding model: the content hash of its GGUF file, plus the facts that
+decide whether two vectors are comparable (architecture, dims, pooling, window, normalisation).
+The name is for people; the hash is the identity."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.errors import ModelError
+from kbpack.model import keys as K
+from kbpack.model.gguf_header import read_gguf_metadata
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    name: str
+    sha256: str
+    architecture: str
+    dims: int
+    pooling: str  # "mean", "cls", "last"
+    window: int  # tokens per input, special tokens included
+    normalize: str  # "l2"
+    llama_cpp_version: str
+
+    def as_dict(self) -> dict[str, str | int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelIdentity:
+        """Parse untrusted stored attributes; raise ModelError naming the bad key."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in d:
+                raise ModelError(f"model identity: key {f.name!r} is missing")
+            v = d[f.name]
+            if isinstance(v, bytes):
+                v = v.decode("utf-8", "replace")
+            if f.type == "int":
+                if isinstance(v, bool) or not isinstance(v, int | np.integer) or v <= 0:
+                    raise ModelError(f"model identity: {f.name!r} must be a positive integer")
+                v = int(v)
+            elif not isinstance(v, str) or not v:
+                raise ModelError(f"model identity: {f.name!r} must be a non-empty string")
+            values[f.name] = v
+        if not _SHA256.fullmatch(values["sha256"]):
+            raise ModelError("model identity: 'sha256' must be 64 lowercase hex digits")
+        return cls(**values)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
+    return h.hexdigest()
+
+
+def llama_cpp_version() -> str:
+    """Installed llama-cpp-python version, without importing it (that costs 0.3 s)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-cpp-python")
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def identify_gguf(path: Path, *, sha256: str | None = None) -> ModelIdentity:
+    """Identity of a GGUF embedding model, from its header; ModelError if it cannot embed."""
+    meta = read_gguf_metadata(path)
+    arch = meta.get(K.ARCHITECTURE)
+    if not isinstance(arch, str):
+        raise ModelError(f"{path}: GGUF has no {K.ARCHITECTURE}; not a usable model")
+
+    def positive(key: str) -> int:
+        v = meta.get(key.format(arch=arch))
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ModelError(f"{path}: GGUF key {key.format(arch=arch)} is missing or not > 0")
+        return v
+
+    dims = positive(K.EMBEDDING_LENGTH)
+    positions = positive(K.CONTEXT_LENGTH)
+    pooling = K.POOLING_NAMES.get(meta.get(K.POOLING_TYPE.format(arch=arch), 0), "unknown")
+    if pooling not in ("mean", "cls", "last"):
+        raise ModelError(
+            f"{path}: pooling {pooling!r} ({K.POOLING_TYPE.format(arch=arch)}) gives no sentence "
+            "embedding; use an embedding model with mean, cls or last pooling"
+        )
+    window = meta.get(K.KBPACK_WINDOW, positions)
+    if not isinstance(window, int) or not 2 < window <= positions:
+        raise ModelError(f"{path}: {K.KBPACK_WINDOW} {window!r} must be in 3..{positions}")
+    name = meta.get(K.NAME)
+    return ModelIdentity(
+        name=name if isinstance(name, str) and name else path.stem,
+        sha256=sha256 or sha256_file(path),
+        architecture=arch,
+        dims=dims,
+        pooling=pooling,
+        window=window,
+        normalize="l2",
+        llama_cpp_version=llama_cpp_version(),
+    )
