@@ -108,7 +108,7 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     n_docs = 0
 
     identity = embedder.identity.as_dict() if embedder else None
-    gguf = embedder.model_path if (embedder and opts.embed_model) else None
+    gguf = embedder.path if (embedder and opts.embed_model) else None
     with PackWriter(
         opts.out, model=identity, dims=embedder.dims if embedder else None, gguf=gguf
     ) as writer:

