@@ -45,6 +45,7 @@ _SENTENCE_END = re.compile(
     r"[.!?…]+[\"'”’)\]»]*(?=\s)|[。！？]+[\"'”’)\]»」』]*|\n(?=[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t])"
 )
 _WORDS = re.compile(r"\S+")
+_NEWLINE = re.compile("\n")
 
 
 @dataclass(frozen=True)
@@ -206,12 +207,11 @@ def _blocks(text: str, s: int, e: int) -> list[tuple[int, int, int]]:
 def _split(text: str, s: int, e: int, level: int) -> list[tuple[int, int]]:
     """Trimmed, non-empty pieces of [s, e) at ``level`` (SENTENCE, LINE or WORD)."""
     if level == WORD:
-        return [(s + m.start(), s + m.end()) for m in _WORDS.finditer(text, s, e)]
+        return [m.span() for m in _WORDS.finditer(text, s, e)]  # spans are absolute
     if level == SENTENCE:
         cuts = [m.end() for m in _SENTENCE_END.finditer(text, s, e)]
     else:
-        cuts = [m.end() for m in re.finditer("\n", text[s:e])]
-        cuts = [s + c for c in cuts]
+        cuts = [m.end() for m in _NEWLINE.finditer(text, s, e)]
     pieces = []
     prev = s
     for c in [*cuts, e]:

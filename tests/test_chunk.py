@@ -1,0 +1,325 @@
+"""Chunker invariants (hypothesis over Markdown-ish documents) and the structural rules."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbpack.chunk import (
+    Chunk,
+    ChunkConfig,
+    ChunkResult,
+    chunk_document,
+    embedded_text,
+    header,
+    section_path,
+)
+from kbpack.document import Document, Page, Section
+from kbpack.errors import UsageError
+
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*\r?$", re.M)
+
+
+def count(text: str) -> int:
+    """A deterministic stand-in tokenizer: words and punctuation marks, plus 2 special tokens."""
+    return len(re.findall(r"\w+|[^\w\s]", text)) + 2
+
+
+def make_doc(text: str, title: str = "Guide", pages: list[Page] | None = None) -> Document:
+    """A Document whose sections come from Markdown ATX headings (a test-only parser)."""
+    sections = [Section(0, title, 0, len(text), -1)]
+    stack = [0]
+    for m in _HEADING.finditer(text):
+        level = len(m.group(1))
+        while sections[stack[-1]].level >= level:
+            stack.pop()
+        sections.append(Section(level, m.group(2), m.start(), len(text), stack[-1]))
+        stack.append(len(sections) - 1)
+    # A section ends where the next heading of the same or a higher level starts.
+    for i, s in enumerate(sections[1:], 1):
+        nxt = next((t.start for t in sections[i + 1 :] if t.level <= s.level), len(text))
+        sections[i] = Section(s.level, s.title, s.start, nxt, s.parent)
+    return Document(
+        name="guide.md",
+        source_path="guide.md",
+        media_type="text/markdown",
+        source_size=len(text),
+        source_sha256="0" * 64,
+        title=title,
+        extractor="md/test 0",
+        extractor_version=1,
+        text=text,
+        sections=sections,
+        pages=pages or [],
+    )
+
+
+def own_ranges(doc: Document, idx: int) -> list[tuple[int, int]]:
+    """Positions of the section's own text: its span minus its children's spans."""
+    sec = doc.sections[idx]
+    owned = set(range(sec.start, sec.end))
+    for child in doc.sections:
+        if child.parent == idx:
+            owned -= set(range(child.start, child.end))
+    return sorted(owned)  # type: ignore[return-value]
+
+
+def contents(doc: Document, result: ChunkResult) -> list[str]:
+    return [doc.text[c.start : c.end] for c in result.chunks]
+
+
+def check_invariants(doc: Document, result: ChunkResult, window: int | None) -> None:
+    text = doc.text
+    covered: set[int] = set()
+    prev_end = 0
+    for c in result.chunks:
+        content = text[c.start : c.end]
+        assert content and content == content.strip(), c
+        assert c.start >= prev_end, "chunks overlap or are out of order"
+        prev_end = c.end
+        owned = set(own_ranges(doc, c.section))
+        assert all(p in owned for p in range(c.start, c.end)), f"{c} leaves its section"
+        covered.update(range(c.start, c.end))
+        embedded = embedded_text(header(doc.title, section_path(doc, c.section)), content)
+        assert c.tokens == count(embedded)
+        if window is not None:
+            assert c.tokens <= window, c
+    missing = [i for i, ch in enumerate(text) if not ch.isspace() and i not in covered]
+    assert missing == [], f"characters in no chunk: {[text[i] for i in missing[:20]]}"
+
+
+# -- generated documents ---------------------------------------------------------------------
+
+word = st.sampled_from(
+    ["data", "index", "perché", "città", "chunk", "naïve", "🙂", "東京", "x", "retrieval", "é"]
+)
+sentence = st.builds(
+    lambda ws, end: " ".join(ws) + end,
+    st.lists(word, min_size=1, max_size=25),
+    st.sampled_from([".", "!", "?", "", ":", " …"]),
+)
+paragraph = st.lists(sentence, min_size=1, max_size=8).map(" ".join)
+code = st.lists(st.lists(word, max_size=8).map(" ".join), min_size=1, max_size=12).map(
+    lambda lines: "```python\n" + "\n".join(lines) + "\n```"
+)
+table = st.lists(st.lists(word, min_size=2, max_size=2), min_size=1, max_size=10).map(
+    lambda rows: "| a | b |\n|---|---|\n" + "\n".join(f"| {r[0]} | {r[1]} |" for r in rows)
+)
+heading = st.builds(
+    lambda lvl, ws: "#" * lvl + " " + " ".join(ws),
+    st.integers(1, 3),
+    st.lists(word, min_size=1, max_size=4),
+)
+unbreakable = st.integers(5, 120).map(lambda n: ".-" * n)
+block = st.one_of(paragraph, paragraph, code, table, heading, heading, unbreakable, st.just(""))
+document_text = st.builds(
+    lambda blocks, sep, nl: sep.join(blocks).replace("\n", nl),
+    st.lists(block, max_size=14),
+    st.sampled_from(["\n\n", "\n", "\n\n\n", "\n  \n"]),
+    st.sampled_from(["\n", "\r\n"]),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(text=document_text, window=st.sampled_from([24, 40, 64, 256]))
+def test_invariants_hold_for_any_document(text: str, window: int) -> None:
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=window))
+    check_invariants(doc, result, window)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=document_text, max_chars=st.sampled_from([20, 80, 400]))
+def test_invariants_hold_without_a_tokenizer(text: str, max_chars: int) -> None:
+    doc = make_doc(text)
+    result = chunk_document(doc, None, ChunkConfig(window=None, max_chars=max_chars))
+    for c in result.chunks:
+        assert c.tokens == 0 and c.end - c.start <= max_chars
+    covered = {p for c in result.chunks for p in range(c.start, c.end)}
+    assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=document_text, overlap=st.integers(1, 3))
+def test_overlap_repeats_units_and_still_covers_everything(text: str, overlap: int) -> None:
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=48, overlap=overlap))
+    covered = {p for c in result.chunks for p in range(c.start, c.end)}
+    assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
+    assert all(c.tokens <= 48 for c in result.chunks)
+    starts = [c.start for c in result.chunks]
+    assert len(set(starts)) == len(starts)
+
+
+# -- structure -------------------------------------------------------------------------------
+
+
+def test_whole_paragraphs_are_packed_and_the_heading_opens_the_first_chunk() -> None:
+    text = "# Install\n\nFirst paragraph here.\n\nSecond one.\n\nThird paragraph, longer than the rest."
+    doc = make_doc(text)
+    # Header "Guide > Install" is 3 tokens + 2 specials; the first two blocks take 6 more.
+    result = chunk_document(doc, count, ChunkConfig(window=13))
+    assert contents(doc, result) == [
+        "# Install\n\nFirst paragraph here.",
+        "Second one.",
+        "Third paragraph, longer than the rest.",
+    ]
+    assert [c.section for c in result.chunks] == [1, 1, 1]
+    assert result.problems == []
+
+
+def test_a_long_paragraph_is_cut_at_sentence_ends() -> None:
+    sentences = [f"Sentence number {i} says something about retrieval." for i in range(12)]
+    doc = make_doc(" ".join(sentences))
+    result = chunk_document(doc, count, ChunkConfig(window=30))
+    assert len(result.chunks) > 1
+    # Every chunk is whole sentences: it starts where one starts and ends where one ends.
+    for content in contents(doc, result):
+        assert content.startswith("Sentence number") and content.endswith(".")
+    check_invariants(doc, result, 30)
+
+
+def test_a_long_sentence_is_cut_at_words_without_a_problem() -> None:
+    text = "intro " + " ".join(f"w{i}" for i in range(200)) + " end"
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=30))
+    words = set(text.split())
+    assert all(set(c.split()) <= words for c in contents(doc, result))
+    assert result.problems == []
+    check_invariants(doc, result, 30)
+
+
+def test_a_run_without_spaces_is_hard_cut_and_reported() -> None:
+    text = "before\n\n" + "a.b" * 100 + "\n\nafter"
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=40))
+    assert len(result.problems) == 1
+    assert result.problems[0].startswith("guide.md: 300 characters at [8,308)")
+    check_invariants(doc, result, 40)
+
+
+def test_code_fences_stay_whole_blank_lines_included() -> None:
+    fence = "```python\ndef f():\n\n    return 1\n```"
+    text = f"# Code\n\nSome intro text.\n\n{fence}\n\nAfter the code."
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=256, max_chars=40))
+    assert fence in contents(doc, result)
+
+
+def test_an_oversized_code_block_is_split_at_lines_only() -> None:
+    lines = [f"x{i} = compute({i}, {i + 1})" for i in range(40)]
+    text = "```\n" + "\n".join(lines) + "\n```"
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=50))
+    assert len(result.chunks) > 1
+    all_lines = set(text.split("\n"))
+    for content in contents(doc, result):
+        assert set(content.split("\n")) <= all_lines, "a chunk starts or ends mid-line"
+    check_invariants(doc, result, 50)
+
+
+def test_tables_stay_whole_or_split_at_rows() -> None:
+    rows = "\n".join(f"| key{i} | value {i} |" for i in range(30))
+    text = f"Intro.\n\n| k | v |\n|---|---|\n{rows}\n\nOutro."
+    doc = make_doc(text)
+    table = text[text.index("| k") : text.index("\n\nOutro")]
+    whole = chunk_document(doc, count, ChunkConfig(window=400))
+    assert any(table in c for c in contents(doc, whole))
+    split = chunk_document(doc, count, ChunkConfig(window=60))
+    table_chunks = [c for c in contents(doc, split) if c.startswith("|")]
+    assert len(table_chunks) > 1
+    for content in table_chunks:
+        assert all(line.startswith("|") and line.endswith("|") for line in content.split("\n"))
+    check_invariants(doc, split, 60)
+
+
+def test_empty_sections_and_heading_only_documents() -> None:
+    text = "# A\n\n## B\n\nbody of b\n\n## C\n"
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig())
+    assert [(c.section, doc.text[c.start : c.end]) for c in result.chunks] == [
+        (1, "# A"),
+        (2, "## B\n\nbody of b"),
+        (3, "## C"),
+    ]
+    assert section_path(doc, 2) == ["A", "B"]
+    assert chunk_document(make_doc("# Only"), count, ChunkConfig()).chunks[0].section == 1
+    assert chunk_document(make_doc(" \n\t\n"), count, ChunkConfig()).chunks == []
+
+
+def test_crlf_emoji_and_nfd_offsets_are_code_points() -> None:
+    nfd = unicodedata.normalize("NFD", "perché la città è così")
+    text = f"# Título 🙂\r\n\r\n{nfd} 👩‍💻 done.\r\n\r\nNext para 🙂.\r\n"
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=256))
+    assert contents(doc, result) == [f"# Título 🙂\r\n\r\n{nfd} 👩‍💻 done.\r\n\r\nNext para 🙂."]
+    check_invariants(doc, result, 256)
+
+
+def test_a_hard_cut_never_separates_a_combining_mark() -> None:
+    text = unicodedata.normalize("NFD", "é" * 300)
+    doc = make_doc(text)
+    result = chunk_document(doc, None, ChunkConfig(window=None, max_chars=51))
+    assert len(result.chunks) > 1
+    for c in result.chunks:
+        assert not unicodedata.combining(doc.text[c.start])
+
+
+def test_pages_are_the_page_where_a_chunk_starts() -> None:
+    text = "Page one text.\n\nMore on one.\n\nPage two starts here.\n\nEnd."
+    p2 = text.index("Page two")
+    pages = [Page(1, 0, p2), Page(2, p2, len(text))]
+    doc = make_doc(text, pages=pages)
+    result = chunk_document(doc, count, ChunkConfig(window=9))  # one paragraph per chunk
+    assert [(doc.text[c.start : c.end], c.page) for c in result.chunks] == [
+        ("Page one text.", 1),
+        ("More on one.", 1),
+        ("Page two starts here.", 2),
+        ("End.", 2),
+    ]
+    assert all(c.page is None for c in chunk_document(make_doc(text), count, ChunkConfig()).chunks)
+
+
+def test_header_and_embedded_text_rule() -> None:
+    assert header("Guide", ["Install", "On  Linux\n"]) == "Guide > Install > On Linux"
+    assert header("", ["A"]) == "A"
+    assert len(header("T" * 500, [])) == 200 and header("T" * 500, []).endswith("…")
+    assert embedded_text("Guide > Install", "pip install") == "Guide > Install\n\npip install"
+    assert embedded_text("", "text") == "text"
+
+
+def test_a_header_that_fills_the_window_is_reported() -> None:
+    doc = make_doc("# " + " ".join(["word"] * 60) + "\n\nbody text", title="T")
+    result = chunk_document(doc, count, ChunkConfig(window=40))
+    assert len(result.problems) == 1 and "alone fills the 40-token window" in result.problems[0]
+    assert all(isinstance(c, Chunk) for c in result.chunks)
+
+
+def test_the_budget_is_confirmed_with_the_real_counter() -> None:
+    # A counter whose counts are not additive (each text costs extra per 10 words): the
+    # estimate is wrong, but every chunk must still fit the window.
+    def lumpy(text: str) -> int:
+        n = len(text.split())
+        return n + n // 10 * 3 + 2
+
+    doc = make_doc("\n\n".join(" ".join(["w"] * k) + "." for k in range(1, 30)))
+    result = chunk_document(doc, lumpy, ChunkConfig(window=40))
+    h = header(doc.title, [])
+    assert all(lumpy(embedded_text(h, doc.text[c.start : c.end])) <= 40 for c in result.chunks)
+    assert all(
+        c.tokens == lumpy(embedded_text(h, doc.text[c.start : c.end])) for c in result.chunks
+    )
+
+
+def test_failed_documents_and_bad_configs() -> None:
+    failed = make_doc("text")
+    failed.status = "failed"
+    assert chunk_document(failed, count, ChunkConfig()).chunks == []
+    with pytest.raises(UsageError, match="window 0"):
+        chunk_document(make_doc("x"), count, ChunkConfig(window=0))
+    with pytest.raises(UsageError, match="overlap -1"):
+        chunk_document(make_doc("x"), count, ChunkConfig(overlap=-1))
