@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kbpack.errors import ModelError
+from kbpack.model.cache import cache_dir
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.search import Searcher, SearchResponse
@@ -94,13 +95,6 @@ class Pack:
         self.path = target
         self._searcher = None
         return target
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("KBPACK_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kbpack"
-    )
-    return Path(base)
 
 
 def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:

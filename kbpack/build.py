@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ class BuildReport:
     truncated: int
     model: dict[str, Any] | None
     peak_rss_mb: float
+    reused_documents: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -79,11 +80,33 @@ class _Timer:
         return now
 
 
+# A reuse hook: given a document about to be chunked, return its chunks and vectors from an
+# earlier pack (update, migrate) or None to chunk and embed it afresh.
+Reuse = Callable[[Document], "tuple[list[Any], np.ndarray | None] | None"]
+
+
 def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
+    """Discover and extract the sources, then build the pack."""
+    candidates, skipped_docs = discover(opts.sources, opts.include, opts.exclude)
+    documents = _with_skipped(skipped_docs, extract_all(candidates, opts.limits))
+    return build_from(documents, len(candidates) + len(skipped_docs), opts, progress)
+
+
+def build_from(
+    documents: Iterator[Document],
+    total: int,
+    opts: BuildOptions,
+    progress: Progress | None = None,
+    reuse: Reuse | None = None,
+) -> BuildReport:
+    """Chunk, embed, index and write ``documents`` (in order) to ``opts.out``.
+
+    ``opts.sources`` and the extraction options are not used here. ``reuse`` lets a caller
+    supply the chunks and vectors of documents it already has (same model, same pipeline).
+    """
     progress = progress or Progress(enabled=False)
     timer = _Timer()
     t = time.perf_counter()
-    candidates, skipped_docs = discover(opts.sources, opts.include, opts.exclude)
     embedder = None
     if opts.vectors:
         from kbpack.embed import Embedder
@@ -100,12 +123,16 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
 
     postings = PostingsBuilder()
     failed: list[dict[str, str]] = []
+    skipped: list[dict[str, str]] = []
     warnings: list[dict[str, str]] = []
     problems: list[dict[str, str]] = []
     tokens_embedded = 0
     header_tokens = 0
-    pending: list[tuple[Document, list[Any], list[str]]] = []
+    # Documents waiting for the next embedding batch: (doc, chunks, texts to embed, or the
+    # vectors a reuse hook supplied).
+    pending: list[tuple[Document, list[Any], list[str], np.ndarray | None]] = []
     n_docs = 0
+    n_reused = 0
 
     identity = embedder.identity.as_dict() if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
@@ -115,16 +142,20 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
 
         def flush() -> None:
             nonlocal t
-            texts = [s for _, _, embedded in pending for s in embedded]
-            vectors = embedder.embed(texts) if (embedder and texts) else None
+            texts = [s for _, _, embedded, _ in pending for s in embedded]
+            fresh = embedder.embed(texts) if (embedder and texts) else None
             t = timer.add("embed", t)
             at = 0
-            for doc, chunks, _ in pending:
-                n = len(chunks)
-                block = vectors[at : at + n] if vectors is not None else None
-                if embedder and block is None:
-                    block = np.zeros((0, embedder.dims), np.float32)
-                at += n
+            for doc, chunks, embedded, given in pending:
+                block = given
+                if block is None and embedder:
+                    n = len(embedded)
+                    block = (
+                        fresh[at : at + n]
+                        if fresh is not None
+                        else np.zeros((0, embedder.dims), np.float32)
+                    )
+                    at += n
                 first = writer.n_chunks
                 writer.add_document(doc, chunks, block)
                 for i, c in enumerate(chunks):
@@ -132,16 +163,23 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
             pending.clear()
             t = timer.add("index", t)
 
-        for doc in _with_skipped(skipped_docs, extract_all(candidates, opts.limits)):
+        for doc in documents:
             t = timer.add("extract", t)
             n_docs += 1
-            progress.update("documents", n_docs, len(candidates) + len(skipped_docs))
+            progress.update("documents", n_docs, total)
+            if doc.status == "skipped":
+                skipped.append({"name": doc.name, "reason": doc.reason})
             if doc.status == "failed":
                 failed.append({"name": doc.name, "stage": doc.stage, "reason": doc.reason})
             warnings.extend({"name": doc.name, "warning": w} for w in doc.warnings)
             chunks: list[Any] = []
             embedded: list[str] = []
-            if doc.status == "ok":
+            given: np.ndarray | None = None
+            reused = reuse(doc) if (reuse and doc.status == "ok") else None
+            if reused is not None:
+                chunks, given = reused
+                n_reused += 1
+            elif doc.status == "ok":
                 result = chunk_document(doc, count, config)
                 chunks = result.chunks
                 problems.extend({"name": doc.name, "problem": p} for p in result.problems)
@@ -154,10 +192,10 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
                         header_tokens += header_cost[h]
                         tokens_embedded += c.tokens
             t = timer.add("chunk", t)
-            pending.append((doc, chunks, embedded))
-            if sum(len(c) for _, c, _ in pending) >= EMBED_BATCH:
+            pending.append((doc, chunks, embedded, given))
+            if sum(len(e) for _, _, e, _ in pending) >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
                 flush()
-                progress.update("chunks", writer.n_chunks, unit="chunks embedded")
+                progress.update("chunks", writer.n_chunks, unit="chunks written")
         flush()
         progress.done()
         writer.set_postings(postings.finish(writer.n_chunks))
@@ -170,7 +208,7 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
         size=result.size,
         counts=result.counts,
         failed=failed,
-        skipped=[{"name": d.name, "reason": d.reason} for d in skipped_docs],
+        skipped=skipped,
         warnings=warnings,
         problems=problems,
         seconds={k: round(v, 3) for k, v in timer.seconds.items()},
@@ -179,6 +217,7 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
         truncated=embedder.truncated if embedder else 0,
         model=identity,
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        reused_documents=n_reused,
     )
 
 

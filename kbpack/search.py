@@ -80,6 +80,20 @@ class SearchResponse:
         }
 
 
+def rrf(
+    ranked: Sequence[Sequence[int]], weights: Sequence[float], k: int = RRF_K
+) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion: score(c) = sum of w / (k + rank of c in each list).
+
+    Ranks are 1-based; ties are broken by ascending chunk id so results are deterministic.
+    """
+    fused: dict[int, float] = {}
+    for items, w in zip(ranked, weights, strict=True):
+        for rank, c in enumerate(items, 1):
+            fused[c] = fused.get(c, 0.0) + w / (k + rank)
+    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def code_like_terms(query: str) -> list[str]:
     """Query words that look like identifiers or codes: they make lexical evidence decisive."""
     words = [w.strip("\"'`()[]{},;:!?") for w in query.split()]
@@ -204,12 +218,7 @@ class Searcher:
         codes = code_like_terms(query)
         if mode_used == "hybrid":
             w_lex = 1.0 if codes else LEXICAL_WEIGHT_PLAIN
-            fused: dict[int, float] = {}
-            for c, rnk in de_rank.items():
-                fused[c] = fused.get(c, 0.0) + 1.0 / (RRF_K + rnk)
-            for c, rnk in bm_rank.items():
-                fused[c] = fused.get(c, 0.0) + w_lex / (RRF_K + rnk)
-            ordered = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+            ordered = rrf([list(de_rank), list(bm_rank)], [1.0, w_lex])
         elif mode_used == "dense":
             ordered = [(c, 1.0 - dist[c]) for c in de_rank]
         else:

@@ -86,7 +86,11 @@ def write_pack(
     postings = PostingsBuilder()
     with PackWriter(out, model=model, dims=dims) as w:
         for doc in docs:
-            chunks = chunk_document(doc, None, ChunkConfig(window=None, max_chars=200)).chunks if doc.status == "ok" else []
+            chunks = (
+                chunk_document(doc, None, ChunkConfig(window=None, max_chars=200)).chunks
+                if doc.status == "ok"
+                else []
+            )
             vectors = None
             if dims:
                 v = rng.normal(size=(len(chunks), dims)).astype(np.float32)

@@ -24,7 +24,11 @@ def pack(tmp_path: Path) -> Path:
     out = tmp_path / "t.kbpack"
     write_pack(
         out,
-        [markdown_doc("logs.md", SAMPLE), failed_doc("scan.pdf", "no extractable text"), markdown_doc("it/guida.md", ITALIAN)],
+        [
+            markdown_doc("logs.md", SAMPLE),
+            failed_doc("scan.pdf", "no extractable text"),
+            markdown_doc("it/guida.md", ITALIAN),
+        ],
         dims=8,
     )
     return out
@@ -52,6 +56,7 @@ def test_round_trip_keeps_text_offsets_and_counts(pack: Path) -> None:
 
 def test_every_element_describes_itself(pack: Path) -> None:
     with PackReader(pack) as r:
+
         def check(name: str, obj: object) -> None:
             attrs = obj.attrs  # type: ignore[attr-defined]
             assert attrs[F.A_KIND] and attrs[F.A_VERSION] == 1 and attrs[F.A_DESCRIPTION], name
@@ -76,7 +81,9 @@ def test_newer_format_is_refused_with_upgrade_hint(pack: Path) -> None:
     doc["format_version"] = F.FORMAT_VERSION + 1
     body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     write_header(pack, encode_header(body))
-    with pytest.raises(NewerFormatError, match=r"format 2 is newer than this kbpack reads \(1\)\. Upgrade kbpack\."):
+    with pytest.raises(
+        NewerFormatError, match=r"format 2 is newer than this kbpack reads \(1\)\. Upgrade kbpack\."
+    ):
         PackReader(pack)
 
 
@@ -136,9 +143,13 @@ def test_reader_works_on_read_only_copy(pack: Path, tmp_path: Path) -> None:
         ro.chmod(0o755)
 
 
-@pytest.mark.skipif(shutil.which("h5dump") is None, reason="h5dump (Debian hdf5-tools) not installed")
+@pytest.mark.skipif(
+    shutil.which("h5dump") is None, reason="h5dump (Debian hdf5-tools) not installed"
+)
 def test_h5dump_reads_a_fresh_pack(pack: Path) -> None:
     """HDF5 1.10+ tools open packs (libver bounded to v110), user block included."""
-    out = subprocess.run(["h5dump", "-B", "-A", str(pack)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["h5dump", "-B", "-A", str(pack)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert "kbpack:kind" in out.stdout and "USER_BLOCK" in out.stdout

@@ -1,0 +1,98 @@
+"""An independent pack reader written from spec/FORMAT.md alone: h5py, numpy and the stdlib.
+
+It imports nothing from kbpack on purpose (a test checks that): if it can read every chunk of
+a pack, the spec is complete enough for someone else to write a reader in ten years.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+
+MAGIC = b"\x89KBPACK\n"
+USERBLOCK = 65536
+
+
+@dataclass
+class Chunk:
+    doc: str
+    section_path: list[str]
+    start: int
+    end: int
+    page: int | None
+    content: str
+    embedded_text: str
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        block = f.read(USERBLOCK)
+    assert block[:8] == MAGIC, "no magic"
+    (m_len,) = struct.unpack_from("<Q", block, 8)
+    manifest: dict[str, Any] = json.loads(block[16 : 16 + m_len])
+    return manifest
+
+
+def check_bytes(path: str, manifest: dict[str, Any]) -> bool:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        head = f.read(USERBLOCK)
+        size += len(head)
+        while block := f.read(1 << 20):
+            h.update(block)
+            size += len(block)
+    return size == manifest["file_size"] and h.hexdigest() == manifest["hdf5_sha256"]
+
+
+def read_chunks(path: str) -> list[Chunk]:
+    out: list[Chunk] = []
+    with h5py.File(path, "r", locking=False) as f:
+        names = [s.decode() for s in f["/documents/name"][()]]
+        titles = [s.decode() for s in f["/documents/title"][()]]
+        texts = [s.decode() for s in f["/documents/text"][()]]
+        parent = f["/sections/parent"][()]
+        sec_title = [s.decode() for s in f["/sections/title"][()]]
+        doc, sec = f["/chunks/document"][()], f["/chunks/section"][()]
+        start, end, page = f["/chunks/from"][()], f["/chunks/to"][()], f["/chunks/page"][()]
+
+        def path_of(s: int) -> list[str]:
+            p: list[str] = []
+            while parent[s] >= 0:  # the root (parent -1) is excluded from the path
+                p.append(sec_title[s])
+                s = int(parent[s])
+            return p[::-1]
+
+        for i in range(len(doc)):
+            d = int(doc[i])
+            content = texts[d][int(start[i]) : int(end[i])]
+            sp = path_of(int(sec[i]))
+            head = " > ".join([titles[d], *sp])
+            out.append(
+                Chunk(
+                    names[d],
+                    sp,
+                    int(start[i]),
+                    int(end[i]),
+                    int(page[i]) or None,
+                    content,
+                    head + "\n\n" + content,
+                )
+            )
+    return out
+
+
+def tokenize_check(path: str) -> tuple[np.ndarray, list[str]]:
+    """The vocabulary and postings lengths, read as the spec lays them out."""
+    with h5py.File(path, "r", locking=False) as f:
+        blob = f["/bm25/terms_blob"][()].tobytes()
+        off = f["/bm25/terms_offsets"][()]
+        terms = [blob[off[i] : off[i + 1]].decode() for i in range(len(off) - 1)]
+        indptr = f["/bm25/indptr"][()]
+    return np.diff(indptr), terms
