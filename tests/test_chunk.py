@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -323,3 +326,30 @@ def test_failed_documents_and_bad_configs() -> None:
         chunk_document(make_doc("x"), count, ChunkConfig(window=0))
     with pytest.raises(UsageError, match="overlap -1"):
         chunk_document(make_doc("x"), count, ChunkConfig(overlap=-1))
+
+
+@pytest.fixture(scope="module")
+def tiny_embedder(tiny_model: Path) -> Iterator[Any]:
+    from kbpack.embed import Embedder
+
+    embedder = Embedder(tiny_model)
+    yield embedder
+    embedder.close() if hasattr(embedder, "close") else None
+
+
+@settings(max_examples=30, deadline=None)
+@given(text=document_text)
+def test_every_embedded_text_fits_the_real_model_window(tiny_embedder: Any, text: str) -> None:
+    embedder = tiny_embedder
+    doc = make_doc(text, title="T")
+    for window in (embedder.window, 64):
+        result = chunk_document(doc, embedder.count_tokens, ChunkConfig(window=window))
+        covered = {p for c in result.chunks for p in range(c.start, c.end)}
+        assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
+        for c in result.chunks:
+            h = header(doc.title, section_path(doc, c.section))
+            real = embedder.count_tokens(embedded_text(h, doc.text[c.start : c.end]))
+            assert c.tokens == real
+            if real > window:  # only allowed when the header alone fills the window, reported
+                assert any(h[:60] in p and "alone fills" in p for p in result.problems)
+                assert embedder.count_tokens(embedded_text(h, "x")) > window
