@@ -73,6 +73,7 @@ class Embedder:
         n_embd = int(self._llm.n_embd())
         if n_embd != self.dims:
             raise ModelError(f"{path}: llama.cpp reports {n_embd} dims, the header {self.dims}")
+        _check_special_tokens(path, self._llm)  # before the first tokenize() call
         self._prefix, self._suffix = self._special_layout()
 
     # -- tokens --------------------------------------------------------------------------
@@ -136,10 +137,13 @@ class Embedder:
         for seq, i in enumerate(batch):
             llm._batch.add_sequence(tokenized[i], seq, True)
         llm._ctx.kv_cache_clear()
+        _llama_errors.clear()
         try:
             llm._ctx.decode(llm._batch)
         except RuntimeError as e:
-            raise ModelError(f"{self.path}: llama.cpp failed to embed ({e}{_last_error()})") from e
+            raise ModelError(
+                f"{self.path}: llama.cpp failed to embed ({_last_error() or e})"
+            ) from e
         finally:
             llm._batch.reset()
         for seq, i in enumerate(batch):
@@ -182,7 +186,29 @@ def _load(path: Path, n_ctx: int, threads: int) -> Any:
             verbose=False,
         )
     except (ValueError, RuntimeError, OSError) as e:
-        raise ModelError(f"{path}: llama.cpp cannot load the model ({e}{_last_error()})") from e
+        # llama.cpp's own error lines say why; the Python exception only repeats the path.
+        raise ModelError(f"{path}: llama.cpp cannot load the model ({_last_error() or e})") from e
+
+
+def _check_special_tokens(path: Path, llm: Any) -> None:
+    """llama.cpp's tokenizer asserts (aborting the process) when it must add a BOS, EOS or SEP
+    token the model does not define; refuse such a model here instead."""
+    import llama_cpp as L
+
+    vocab = L.llama_model_get_vocab(llm._model.model)
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    wordpiece = L.llama_vocab_type(vocab) == L.LLAMA_VOCAB_TYPE_WPM
+    needed = {
+        "bos": (wordpiece or L.llama_vocab_get_add_bos(vocab), L.llama_vocab_bos(vocab)),
+        "eos": (L.llama_vocab_get_add_eos(vocab), L.llama_vocab_eos(vocab)),
+        "sep": (wordpiece or L.llama_vocab_get_add_sep(vocab), L.llama_vocab_sep(vocab)),
+    }
+    for name, (used, token) in needed.items():
+        if used and not 0 <= token < n_vocab:
+            raise ModelError(
+                f"{path}: the tokenizer adds a {name.upper()} token but tokenizer.ggml."
+                f"{name}_token_id is missing or invalid; fix the GGUF's tokenizer metadata"
+            )
 
 
 def _silence(llama_cpp: Any) -> None:
@@ -194,16 +220,15 @@ def _silence(llama_cpp: Any) -> None:
 
     @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
     def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        if level == 3:  # GGML_LOG_LEVEL_ERROR
-            _llama_errors.append(text.decode("utf-8", "replace").strip())
+        if level == 4:  # GGML_LOG_LEVEL_ERROR (0 none, 1 debug, 2 info, 3 warn, 5 cont)
+            _llama_errors.append(" ".join(text.decode("utf-8", "replace").split()))
 
     _log_callback = callback
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
 def _last_error() -> str:
-    detail = "; ".join(line for line in _llama_errors if line)
-    return f": {detail}" if detail else ""
+    return "; ".join(line for line in _llama_errors if line)
 
 
 def _replace(identity: ModelIdentity, **changes: Any) -> ModelIdentity:

@@ -104,6 +104,7 @@ def convert_bert(
     for key, token in (
         (K.PAD_ID, "[PAD]"),
         (K.UNK_ID, "[UNK]"),
+        (K.BOS_ID, "[CLS]"),  # without it llama.cpp assumes id 101 and aborts if absent
         (K.CLS_ID, "[CLS]"),
         (K.SEP_ID, "[SEP]"),
         (K.MASK_ID, "[MASK]"),

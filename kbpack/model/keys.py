@@ -24,6 +24,7 @@ TOKENIZER_MODEL = "tokenizer.ggml.model"
 TOKENS = "tokenizer.ggml.tokens"
 TOKEN_TYPES = "tokenizer.ggml.token_type"
 TOKEN_TYPE_COUNT = "tokenizer.ggml.token_type_count"
+BOS_ID = "tokenizer.ggml.bos_token_id"  # llama.cpp's WordPiece tokenizer adds it as [CLS]
 UNK_ID = "tokenizer.ggml.unknown_token_id"
 PAD_ID = "tokenizer.ggml.padding_token_id"
 CLS_ID = "tokenizer.ggml.cls_token_id"

@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny real GGUF models built by the tests, and the default model if its
+weights are installed. Every test run uses a private model cache, never the user's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tiny_gguf.py
+
+from tiny_gguf import build_tiny_gguf
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """KBPACK_CACHE_DIR -> a session temp dir, so tests neither read nor fill ~/.cache."""
+    path = tmp_path_factory.mktemp("kbpack-cache")
+    old = os.environ.get("KBPACK_CACHE_DIR")
+    os.environ["KBPACK_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("KBPACK_CACHE_DIR", None)
+    else:
+        os.environ["KBPACK_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer, 32-dim random BERT GGUF (~68 KB), mean pooling, 16-token window."""
+    return build_tiny_gguf(tmp_path_factory.mktemp("tiny-a") / "tiny-a.gguf", name="tiny-a")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another tiny model: different weights and dims (48), 24-token window: its vectors are
+    not comparable with tiny_model's (for model-mismatch tests)."""
+    out = tmp_path_factory.mktemp("tiny-b") / "tiny-b.gguf"
+    return build_tiny_gguf(out, name="tiny-b", seed=1, hidden=48, heads=4, window=24)
+
+
+@pytest.fixture(scope="session")
+def default_model(private_model_cache: Path) -> Path:
+    """The real all-MiniLM-L6-v2 GGUF (converted into the private cache), or skip."""
+    from kbpack.errors import ModelError
+    from kbpack.model import INSTALL_HINT, default_model_path
+    from kbpack.model.cache import default_weights_dir
+
+    try:
+        default_weights_dir()
+    except ModelError:
+        pytest.skip(f"default model weights not installed ({INSTALL_HINT})")
+    return default_model_path()  # a conversion failure here is a real failure, not a skip
