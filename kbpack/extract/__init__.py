@@ -1,0 +1,32 @@
+"""Source files -> Documents: canonical text, sections and (for PDF) a page map.
+
+``discover`` lists the files of folders; ``extract_all`` extracts them one by one in a child
+worker process (a hung or crashing parser costs one document, recorded as failed);
+``extract_file`` does one file in this process. Per format (see each module's docstring for
+the rules, the title order included): ``markdown`` (md), ``plaintext`` (txt, rst), ``html``,
+``pdf`` (pypdf), ``docx`` (python-docx). The canonical-text policy is in ``kbpack.text``.
+
+Document title, by format: Markdown and HTML, the first level-1 heading (HTML then
+``<title>``); plain text, the first top-level underlined title; PDF, the metadata title unless
+blank or a placeholder; DOCX, the core ``title`` property, then the first ``Title``-styled
+paragraph; in every case the file name stem when none of these exists.
+"""
+
+from __future__ import annotations
+
+from kbpack.extract.common import EXTRACTOR_VERSIONS, KIND_BY_SUFFIX, MEDIA_TYPES
+from kbpack.extract.discover import Candidate, discover
+from kbpack.extract.file import extract_file
+from kbpack.extract.limits import Limits
+from kbpack.extract.worker import extract_all
+
+__all__ = [
+    "EXTRACTOR_VERSIONS",
+    "KIND_BY_SUFFIX",
+    "MEDIA_TYPES",
+    "Candidate",
+    "Limits",
+    "discover",
+    "extract_all",
+    "extract_file",
+]

@@ -1,0 +1,120 @@
+"""What every extractor shares: format table, source identity, the failed-document record."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+from kbpack.document import Document, Section
+
+# Extension -> kind. Anything else is skipped as unsupported.
+KIND_BY_SUFFIX: dict[str, str] = {
+    ".md": "md",
+    ".markdown": "md",
+    ".txt": "txt",
+    ".text": "txt",
+    ".rst": "txt",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+}
+
+MEDIA_TYPES: dict[str, str] = {
+    "md": "text/markdown",
+    "txt": "text/plain",
+    "html": "text/html",
+    "pdf": "application/pdf",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+}
+
+# kbpack's own extraction logic per format: bump when a change alters text or structure, so
+# packs built with the older logic can be found and rebuilt.
+EXTRACTOR_VERSIONS: dict[str, int] = {"md": 1, "txt": 1, "html": 1, "pdf": 1, "docx": 1}
+
+# The formats with no third-party parser are extracted by kbpack alone.
+_OWN = {"md", "txt", "html"}
+
+
+def kind_of(path: Path) -> str | None:
+    return KIND_BY_SUFFIX.get(path.suffix.lower())
+
+
+def media_type_of(path: Path) -> str:
+    kind = kind_of(path)
+    if kind:
+        return MEDIA_TYPES[kind]
+    import mimetypes
+
+    guessed, _ = mimetypes.guess_type(path.name, strict=False)
+    return guessed or "application/octet-stream"
+
+
+def extractor_name(kind: str) -> str:
+    """``"<format>/<library> <version>"``: the library that read the bytes, with its version."""
+    if kind in _OWN:
+        return f"{kind}/kbpack"
+    if kind == "pdf":
+        from importlib.metadata import version
+
+        return f"pdf/pypdf {version('pypdf')}"
+    if kind == "docx":
+        from importlib.metadata import version
+
+        return f"docx/python-docx {version('python-docx')}"
+    return f"{kind}/none"
+
+
+def file_identity(path: Path) -> tuple[int, str]:
+    """(size in bytes, SHA-256 hex) of the file, read in blocks so huge files cost no memory."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
+
+
+def blank_document(path: Path, name: str, kind: str | None) -> Document:
+    """A document with its identity filled in and nothing extracted yet (size/hash set later)."""
+    return Document(
+        name=name,
+        source_path=str(path),
+        media_type=MEDIA_TYPES[kind] if kind else media_type_of(path),
+        source_size=0,
+        source_sha256="",
+        title=path.stem or path.name,
+        extractor=extractor_name(kind) if kind else "none",
+        extractor_version=EXTRACTOR_VERSIONS.get(kind or "", 0),
+        sections=[Section(0, path.stem or path.name, 0, 0, -1)],
+    )
+
+
+def failed(doc: Document, reason: str, stage: str) -> Document:
+    """The record of a document that could not be extracted: one-line reason, no text."""
+    reason = " ".join(reason.split()) or "unknown error"
+    return replace(
+        doc,
+        status="failed",
+        reason=reason,
+        stage=stage,
+        text="",
+        sections=[Section(0, doc.title, 0, 0, -1)],
+        pages=[],
+    )
+
+
+def human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    value = n / 1024
+    unit = "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value /= 1024
+        unit = bigger
+    return f"{value:.1f} {unit}"

@@ -1,0 +1,134 @@
+"""One file -> one Document, in this process. Never raises for a document's own problems."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import replace
+from hashlib import sha256
+from pathlib import Path
+
+from kbpack.document import Document
+from kbpack.errors import ExtractionError
+from kbpack.extract.common import blank_document, failed, file_identity, human_bytes, kind_of
+from kbpack.extract.limits import Limits
+from kbpack.extract.structure import Heading, build_sections
+from kbpack.text import Decoded, canonicalize, decode_text
+
+_BINARY_SAMPLE = 64 * 1024
+_BINARY_NUL_SHARE = 0.10
+
+
+def _decode(data: bytes, declared: str | None = None) -> Decoded:
+    decoded = decode_text(data, declared)
+    if "BOM" not in decoded.decoding:
+        sample = data[:_BINARY_SAMPLE]
+        share = sample.count(0) / max(len(sample), 1)
+        if share > _BINARY_NUL_SHARE:
+            raise ExtractionError(
+                f"binary content ({share:.0%} NUL bytes in the first 64 KiB), not text; "
+                "UTF-16 text needs a byte-order mark",
+                "detect",
+            )
+    return decoded
+
+
+def _plain(data: bytes, doc: Document, kind: str) -> Document:
+    from kbpack.extract.markdown import markdown_headings
+    from kbpack.extract.plaintext import adornment_headings
+
+    decoded = _decode(data)
+    text, replaced = canonicalize(decoded.text)
+    if not text.strip():
+        raise ExtractionError("no text: the file holds only whitespace", "extract")
+    headings = markdown_headings(text) if kind == "md" else adornment_headings(text)
+    title = _first_top_title(headings) or doc.title
+    return replace(
+        doc,
+        title=title,
+        text=text,
+        sections=build_sections(len(text), title, headings),
+        decoding=decoded.decoding,
+        replaced=decoded.replaced + replaced,
+    )
+
+
+def _first_top_title(headings: list[Heading]) -> str | None:
+    return next((h.title for h in headings if h.level == 1), None)
+
+
+def _html(data: bytes, doc: Document) -> Document:
+    from kbpack.extract.html import declared_charset, extract_html
+
+    decoded = _decode(data, declared_charset(data))
+    builder, title = extract_html(decoded.text)
+    text = builder.text()
+    if not text.strip():
+        raise ExtractionError("no text outside scripts, styles and navigation", "extract")
+    title = title or doc.title
+    return replace(
+        doc,
+        title=title,
+        text=text,
+        sections=build_sections(len(text), title, builder.headings),
+        decoding=decoded.decoding,
+        replaced=decoded.replaced + builder.replaced,
+    )
+
+
+def _extract(data: bytes, doc: Document, kind: str, limits: Limits) -> Document:
+    if kind in ("md", "txt"):
+        return _plain(data, doc, kind)
+    if kind == "html":
+        return _html(data, doc)
+    if kind == "pdf":
+        from kbpack.extract.pdf import extract_pdf
+
+        return extract_pdf(data, doc, limits)
+    if kind == "docx":
+        from kbpack.extract.docx import extract_docx
+
+        return extract_docx(data, doc, limits)
+    raise ExtractionError(f"no extractor for kind {kind!r}", "detect")
+
+
+def extract_file(path: Path, name: str, limits: Limits | None = None) -> Document:
+    """Extract one file in this process. Returns a Document with status 'ok', or 'failed' with
+    a one-line reason and a stage (read, detect, extract, limits); 'skipped' for a type kbpack
+    does not read. Source size and SHA-256 are filled whenever the file can be read."""
+    limits = limits or Limits()
+    path = Path(path)
+    kind = kind_of(path)
+    doc = blank_document(path, name, kind)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return failed(doc, "not a regular file", "read")
+        if info.st_size > limits.max_file_bytes:
+            size, digest = file_identity(path)
+            doc = replace(doc, source_size=size, source_sha256=digest)
+            return failed(
+                doc,
+                f"file is {human_bytes(size)}, over the {human_bytes(limits.max_file_bytes)} "
+                "limit; raise the file size limit to include it",
+                "limits",
+            )
+        data = path.read_bytes()
+    except OSError as e:
+        return failed(doc, f"cannot read the file: {e.strerror or e}", "read")
+    doc = replace(doc, source_size=len(data), source_sha256=sha256(data).hexdigest())
+    if kind is None:
+        suffix = path.suffix.lower() or "(no extension)"
+        return replace(doc, status="skipped", reason=f"unsupported type {suffix}", stage="detect")
+    if not data:
+        return failed(doc, "empty file", "read")
+    try:
+        return _extract(data, doc, kind, limits)
+    except ExtractionError as e:
+        return failed(doc, e.reason, e.stage)
+    except MemoryError:
+        return failed(doc, "out of memory while extracting; the file is too large", "limits")
+    except RecursionError:
+        return failed(doc, "structure nested too deeply to extract", "extract")
+    except Exception as e:  # a parser bug on a hostile file is that file's failure, not ours
+        return failed(doc, f"{type(e).__name__}: {e}", "extract")

@@ -1,0 +1,274 @@
+"""HTML with the standard library's parser (no new dependency).
+
+* Dropped as noise: ``head`` (except ``title``), ``script``, ``style``, ``noscript``,
+  ``template``, ``svg``, ``nav``, ``header``, ``footer``, ``aside``, ``form`` and its controls,
+  and any element whose ``role`` is navigation/banner/contentinfo/search or whose ``class``
+  or ``id`` is a navigation word (``nav``, ``navbar``, ``menu``, ``sidebar``, ``breadcrumb``...).
+* ``h1``-``h6`` become sections; paragraphs and other blocks are separated by a blank line;
+  list items are lines ``- item`` (indented two spaces per nesting level); a table is one
+  line per row with the cells joined by `` | ``; ``pre`` keeps its whitespace, elsewhere runs
+  of whitespace collapse to one space; ``br`` is a line break.
+* Decoding: BOM, then the ``<meta charset>`` declaration, then UTF-8, then cp1252.
+
+Title: the first ``h1``, else ``<title>``, else the file name stem.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from kbpack.extract.structure import TextBuilder
+from kbpack.text import one_line
+
+_SKIP_TAGS = {
+    "head", "script", "style", "noscript", "template", "svg", "math", "nav", "header",
+    "footer", "aside", "form", "select", "button", "input", "textarea", "iframe", "object",
+}  # fmt: skip
+_SKIP_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
+_SKIP_WORDS = {
+    "nav", "navbar", "navigation", "menu", "mainmenu", "submenu", "sidebar", "breadcrumb",
+    "breadcrumbs", "skip-link", "skiplink", "cookie-banner",
+}  # fmt: skip
+_VOID = {
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+    "source", "track", "wbr",
+}  # fmt: skip
+_BLOCKS = {
+    "p", "div", "section", "article", "main", "blockquote", "pre", "ul", "ol", "dl", "dt",
+    "dd", "li", "table", "tr", "td", "th", "caption", "figure", "figcaption", "address",
+    "details", "summary", "hr", "body", "html", "center", "fieldset", "legend",
+    "h1", "h2", "h3", "h4", "h5", "h6", "thead", "tbody", "tfoot",
+}  # fmt: skip
+_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_SPACES = re.compile(r"[ \t\n\r\f\v]+")
+
+
+def declared_charset(data: bytes) -> str | None:
+    """The charset named by a ``<meta>`` tag in the first 4 KiB, if any."""
+    found = _CHARSET.search(data[:4096])
+    return found.group(1).decode("ascii") if found else None
+
+
+@dataclass
+class _Table:
+    rows: list[str] = field(default_factory=list)
+    cells: list[str] = field(default_factory=list)
+    cell: list[str] | None = None  # text pieces of the cell being read
+
+
+class _Extractor(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out = TextBuilder()
+        self.stack: list[tuple[str, bool]] = []  # open elements: (tag, starts a skipped subtree)
+        self.skipping = 0
+        self.pieces: list[str] = []  # inline text of the current block
+        self.heading: int | None = None
+        self.pre = 0
+        self.lists: list[str] = []
+        self.in_item = False
+        self.after_item = (
+            False  # the last block was a list item: the next item follows on a new line
+        )
+        self.tables: list[_Table] = []
+        self.page_title: list[str] = []
+        self.in_title = False
+        self.first_h1: str | None = None
+
+    # -- element tracking ------------------------------------------------------------------
+    def _is_noise(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+        if tag in _SKIP_TAGS:
+            return True
+        values = dict(attrs)
+        if (values.get("role") or "").lower() in _SKIP_ROLES:
+            return True
+        if "hidden" in values or values.get("aria-hidden") == "true":
+            return True
+        words = f"{values.get('class') or ''} {values.get('id') or ''}".lower().split()
+        return any(word in _SKIP_WORDS for word in words)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title" and not self.skipping_outside_head():
+            self.in_title = True
+        if tag in _VOID:
+            if not self.skipping and tag == "br":
+                self.pieces.append("\n")
+            elif not self.skipping and tag == "hr":
+                self._flush()
+            return
+        if tag in ("li", "p", "dt", "dd", "tr", "td", "th") and self.stack:
+            self._close_implied(tag)
+        noise = self._is_noise(tag, attrs)
+        self.stack.append((tag, noise))
+        if noise:
+            self.skipping += 1
+        if self.skipping:
+            return
+        self._open(tag)
+
+    def skipping_outside_head(self) -> bool:
+        # <title> lives in <head>, which is skipped as a whole; read it anyway.
+        return any(noise and tag != "head" for tag, noise in self.stack)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self.in_title = False
+        if tag in _VOID or not any(open_tag == tag for open_tag, _ in self.stack):
+            return  # a stray end tag: ignore, as browsers do
+        while self.stack:
+            open_tag, noise = self.stack.pop()
+            if not self.skipping:
+                self._close(open_tag)
+            if noise:
+                self.skipping -= 1
+            if open_tag == tag:
+                break
+
+    def _close_implied(self, tag: str) -> None:
+        # Unclosed <li>, <p>, <td>... are closed by the next sibling, as browsers do.
+        stops = {
+            "li": ({"li"}, {"ul", "ol"}),
+            "p": ({"p"}, {"div", "td", "th", "li", "body", "section", "article", "blockquote"}),
+            "dt": ({"dt", "dd"}, {"dl"}),
+            "dd": ({"dt", "dd"}, {"dl"}),
+            "tr": ({"tr"}, {"table"}),
+            "td": ({"td", "th"}, {"tr", "table"}),
+            "th": ({"td", "th"}, {"tr", "table"}),
+        }[tag]
+        for open_tag, _ in reversed(self.stack):
+            if open_tag in stops[1]:
+                return
+            if open_tag in stops[0]:
+                self.handle_endtag(open_tag)
+                return
+
+    # -- text ------------------------------------------------------------------------------
+    def handle_data(self, data: str) -> None:
+        if self.in_title:
+            self.page_title.append(data)
+            return
+        if self.skipping:
+            return
+        if self.tables and self.tables[-1].cell is not None:
+            self.tables[-1].cell.append(data)
+        elif self.pre:
+            self.pieces.append(data)
+        else:
+            self.pieces.append(_SPACES.sub(" ", data))
+
+    def _inline_text(self) -> str:
+        text = "".join(self.pieces)
+        self.pieces = []
+        if self.pre:
+            return text
+        return "\n".join(line.strip() for line in text.split("\n"))
+
+    def _flush(self) -> None:
+        """End the current block of inline text."""
+        if self.heading is not None:
+            return  # heading text is emitted by its end tag
+        text = self._inline_text()
+        if not text.strip():
+            return
+        if self.in_item:
+            depth = max(len(self.lists), 1) - 1
+            line = "  " * depth + "- " + " ".join(text.split())
+            self.out.add(line, separator="\n" if self.after_item else "\n\n")
+            self.in_item = False
+            self.after_item = True
+            return
+        self._add(text)
+
+    def _add(self, block: str) -> None:
+        self.out.add(block)
+        self.after_item = False
+
+    def _open(self, tag: str) -> None:
+        in_cell = bool(self.tables) and self.tables[-1].cell is not None
+        if in_cell and tag not in ("table", "td", "th"):
+            return  # inside a cell every block is inline text of that cell
+        if tag in _BLOCKS and not in_cell:
+            self._flush()
+        if tag in _HEADINGS:
+            self.heading = _HEADINGS[tag]
+        elif tag == "pre":
+            self.pre += 1
+        elif tag in ("ul", "ol"):
+            self.lists.append(tag)
+        elif tag == "li":
+            self.in_item = True
+        elif tag == "table":
+            self._flush()
+            self.tables.append(_Table())
+        elif tag in ("td", "th") and self.tables:
+            self.tables[-1].cell = []
+
+    def _close(self, tag: str) -> None:
+        table = self.tables[-1] if self.tables else None
+        if tag in ("td", "th") and table is not None and table.cell is not None:
+            table.cells.append(one_line("".join(table.cell)))
+            table.cell = None
+        elif tag == "tr" and table is not None:
+            self._end_row(table)
+        elif tag == "table" and table is not None:
+            self._end_row(table)
+            self.tables.pop()
+            rows = "\n".join(table.rows)
+            if self.tables and self.tables[-1].cell is not None:
+                self.tables[-1].cell.append(" " + rows.replace("\n", " ") + " ")
+            else:
+                self._add(rows)
+        elif table is not None and table.cell is not None:
+            return  # inside a cell every block is inline text of that cell
+        elif tag in _HEADINGS and self.heading is not None:
+            title = " ".join(self._inline_text().split())
+            self.heading_done(title)
+        elif tag == "pre":
+            self._flush()
+            self.pre = max(self.pre - 1, 0)
+        elif tag in ("ul", "ol"):
+            self._flush()
+            if self.lists:
+                self.lists.pop()
+        elif tag in _BLOCKS:
+            self._flush()
+
+    def _end_row(self, table: _Table) -> None:
+        if table.cell is not None:
+            table.cells.append(one_line("".join(table.cell)))
+            table.cell = None
+        if any(cell for cell in table.cells):
+            table.rows.append(" | ".join(table.cells))
+        table.cells = []
+
+    def heading_done(self, title: str) -> None:
+        level = self.heading or 1
+        self.heading = None
+        if title:
+            self.out.add_heading(level, title)
+            self.after_item = False
+            if level == 1 and self.first_h1 is None:
+                self.first_h1 = title
+
+    def close(self) -> None:
+        super().close()
+        while self.stack:
+            self.handle_endtag(self.stack[-1][0])
+        self._flush()
+
+
+def extract_html(html: str) -> tuple[TextBuilder, str | None]:
+    """Parse HTML text; returns the built text and the title (None: use the file name)."""
+    parser = _Extractor()
+    parser.feed(html)
+    parser.close()
+    title = parser.first_h1 or one_line("".join(parser.page_title)) or None
+    return parser.out, title

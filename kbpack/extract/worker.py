@@ -1,0 +1,166 @@
+"""Extraction in a long-lived child process, so a hung or crashing parser costs one document.
+
+The parent sends one file at a time and waits at most ``Limits.timeout_s`` for its Document.
+A worker that does not answer in time is killed (the document fails with stage ``timeout``);
+one that dies (segfault, killed for memory) fails its document with stage ``crash``. Either
+way a fresh worker takes the next file. While the caller works on document *i* the worker
+already extracts document *i + 1*, so at most two documents are held at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kbpack.document import Document
+from kbpack.errors import KbpackError
+from kbpack.extract.common import blank_document, failed, file_identity
+from kbpack.extract.discover import Candidate
+from kbpack.extract.limits import Limits
+
+_START_TIMEOUT_S = 120.0  # importing pypdf and python-docx in a fresh interpreter
+_STOP_TIMEOUT_S = 5.0
+
+
+def _serve(conn: Connection, memory_limit: int) -> None:
+    """The worker's loop: receive (path, name, limits), send back a Document; None stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    if memory_limit > 0:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    # Import every extractor before saying ready, so a timeout measures extraction only.
+    import kbpack.extract.docx
+    import kbpack.extract.html
+    import kbpack.extract.pdf  # noqa: F401
+    from kbpack.extract.file import extract_file
+
+    conn.send("ready")
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        path, name, limits = job
+        conn.send(extract_file(path, name, limits))
+
+
+class _Worker:
+    def __init__(self, limits: Limits) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
+        self.conn, child = context.Pipe()
+        self.process: Any = context.Process(
+            target=_serve, args=(child, limits.max_worker_memory_bytes), daemon=True
+        )
+        self.process.start()
+        child.close()
+        if not self.conn.poll(_START_TIMEOUT_S) or self._recv() != "ready":
+            self.kill()
+            raise KbpackError(
+                "the extraction worker process did not start; check that kbpack is installed"
+            )
+
+    def _recv(self) -> object:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def send(self, candidate: Candidate, limits: Limits) -> None:
+        self.conn.send((candidate.path, candidate.name, limits))
+
+    def wait(self, deadline: float) -> Document | str:
+        """The Document, or 'timeout' / 'crash:<detail>' (the worker is then dead)."""
+        if not self.conn.poll(max(deadline - time.monotonic(), 0.0)):
+            self.kill()
+            return "timeout"
+        result = self._recv()
+        if isinstance(result, Document):
+            return result
+        self.process.join(_STOP_TIMEOUT_S)
+        code = self.process.exitcode
+        self.kill()
+        return f"crash:{_describe_exit(code)}"
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(_STOP_TIMEOUT_S)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+            self.process.join(_STOP_TIMEOUT_S)
+        except (OSError, ValueError):
+            pass
+        self.kill()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _lost(candidate: Candidate, outcome: str, limits: Limits) -> Document:
+    """The failed record of a document whose worker hung or died."""
+    doc = blank_document(candidate.path, candidate.name, candidate.kind)
+    try:
+        if stat.S_ISREG(os.stat(candidate.path).st_mode):
+            size, digest = file_identity(Path(candidate.path))
+            doc = replace(doc, source_size=size, source_sha256=digest)
+    except OSError:
+        pass
+    if outcome == "timeout":
+        return failed(
+            doc,
+            f"extraction did not finish within {limits.timeout_s:g} s and was stopped; "
+            "raise the time limit if the file is genuine",
+            "timeout",
+        )
+    detail = outcome.removeprefix("crash:")
+    return failed(doc, f"the extractor process died ({detail}); the file may be hostile", "crash")
+
+
+def extract_all(
+    candidates: Sequence[Candidate], limits: Limits | None = None
+) -> Iterator[Document]:
+    """One Document per candidate, in order, each extracted in the worker process."""
+    limits = limits or Limits()
+    worker: _Worker | None = None
+    try:
+        deadline = 0.0
+        for i, candidate in enumerate(candidates):
+            if i == 0:
+                worker = _Worker(limits)
+                worker.send(candidate, limits)
+                deadline = time.monotonic() + limits.timeout_s
+            assert worker is not None
+            outcome = worker.wait(deadline)
+            doc = outcome if isinstance(outcome, Document) else _lost(candidate, outcome, limits)
+            if not isinstance(outcome, Document):
+                worker = None
+            if i + 1 < len(candidates):
+                worker = worker or _Worker(limits)
+                worker.send(candidates[i + 1], limits)
+                deadline = time.monotonic() + limits.timeout_s
+            yield doc
+    finally:
+        if worker is not None:
+            worker.stop()
