@@ -92,11 +92,17 @@ def section_path(doc: Document, section: int) -> list[str]:
 def header(doc_title: str, path: Sequence[str]) -> str:
     """The contextual header: ``"Title > Section > Subsection"``.
 
-    Whitespace inside each title collapses to single spaces, empty titles are skipped, parts are
-    joined with ``" > "``, and a header over 200 characters is cut to its first 199 + ``"…"``.
+    Whitespace inside each title collapses to single spaces; empty titles are skipped, and so is
+    a title equal to the one before it (a document titled by its first heading says it once);
+    parts are joined with ``" > "``; a header over 200 characters is cut to its first 199 +
+    ``"…"``.
     """
-    parts = [" ".join(t.split()) for t in (doc_title, *path)]
-    text = HEADER_SEPARATOR.join(p for p in parts if p)
+    parts: list[str] = []
+    for title in (doc_title, *path):
+        t = " ".join(title.split())
+        if t and (not parts or parts[-1] != t):
+            parts.append(t)
+    text = HEADER_SEPARATOR.join(parts)
     if len(text) > HEADER_MAX_CHARS:
         text = text[: HEADER_MAX_CHARS - 1] + "…"
     return text

@@ -290,6 +290,7 @@ def test_pages_are_the_page_where_a_chunk_starts() -> None:
 def test_header_and_embedded_text_rule() -> None:
     assert header("Guide", ["Install", "On  Linux\n"]) == "Guide > Install > On Linux"
     assert header("", ["A"]) == "A"
+    assert header("Options", ["Options", "Flags", "", "Flags"]) == "Options > Flags"
     assert len(header("T" * 500, [])) == 200 and header("T" * 500, []).endswith("…")
     assert embedded_text("Guide > Install", "pip install") == "Guide > Install\n\npip install"
     assert embedded_text("", "text") == "text"
