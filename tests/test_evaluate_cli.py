@@ -1,0 +1,302 @@
+"""``kbpack eval`` and ``kbpack calibrate`` on tiny packs with known answers, and the development
+evaluation set's own checker."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kbpack import evaluate as E
+from kbpack.cli import cli, main
+from tests.packs import markdown_doc, write_pack
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKER = ROOT / "fixtures" / "eval" / "check_needles.py"
+
+DOCS = {
+    "logs.md": """# Rotating logs
+
+Logs grow without bound unless rotated.
+
+## Configuration
+
+Set max_bytes to 10485760 and backup_count to 5 in the handler.
+
+## Troubleshooting
+
+Error 0x80070005 means access denied: run the service as its own user.
+""",
+    "db.md": """# Database
+
+## Threads
+
+Pass check_same_thread=False to share one connection between threads, and lock it yourself.
+
+## Compression
+
+Archives use ZIP_DEFLATED when zlib is available, otherwise ZIP_STORED.
+""",
+}
+# Three needles a lexical search finds at rank 1 (each query carries the needle's identifier),
+# and one that spans a section boundary: no chunk can hold it whole, so it is destroyed.
+QUESTIONS = [
+    {"id": "q1-doc", "query": "what does error 0x80070005 mean", "phrasing": "doc",
+     "needle": "Error 0x80070005 means access denied: run the service as its own user."},
+    {"id": "q2-doc", "query": "ZIP_DEFLATED zlib", "phrasing": "doc",
+     "needle": "Archives use ZIP_DEFLATED when zlib is available, otherwise ZIP_STORED."},
+    {"id": "q3-ticket", "query": "share a connection between threads check_same_thread",
+     "phrasing": "ticket",
+     "needle": "Pass check_same_thread=False to share one connection between threads"},
+    {"id": "q4-ticket", "query": "logs rotated configuration", "phrasing": "ticket",
+     "needle": "Logs grow without bound unless rotated.\n\n## Configuration"},
+]  # fmt: skip
+OOD = [{"id": f"o{i}", "query": q} for i, q in enumerate(["orchid repotting", "tax forms 1040"])]
+
+
+def run(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Through kbpack.cli.main, which turns library errors into one line and an exit code."""
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+    return int(e.value.code or 0), capsys.readouterr().err
+
+
+def jsonl(path: Path, rows: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("evalfiles")
+    return {"q": jsonl(d / "q.jsonl", QUESTIONS), "ood": jsonl(d / "ood.jsonl", OOD)}
+
+
+@pytest.fixture(scope="module")
+def lexical_pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lex") / "lex.kbpack"
+    write_pack(out, [markdown_doc(n, t) for n, t in DOCS.items()])
+    return out
+
+
+@pytest.fixture(scope="module")
+def vector_pack(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("corpus")
+    for name, text in DOCS.items():
+        (src / name).write_text(text)
+    out = tmp_path_factory.mktemp("vec") / "vec.kbpack"
+    code, stdout = run("build", str(src), "-o", str(out), "--model", str(tiny_model), "--json")
+    assert code == 0, stdout
+    return out
+
+
+# -- eval -----------------------------------------------------------------------------------------
+def test_eval_bm25_known_ranks_and_destroyed(lexical_pack: Path, files: dict[str, Path]) -> None:
+    code, stdout = run("eval", str(lexical_pack), str(files["q"]), "--json", "--ranks")
+    assert code == 0
+    rep = json.loads(stdout)
+    assert list(rep["modes"]) == ["bm25"]  # no vectors: only bm25 runs, and it says so
+    assert rep["ranks"]["bm25"] == {"q1-doc": 1, "q2-doc": 1, "q3-ticket": 1, "q4-ticket": None}
+    assert rep["destroyed"] == {"needles": 1, "ids": ["q4-ticket"]}
+    r1 = rep["modes"]["bm25"]["all"]["recall"]["1"]
+    low, high = E.wilson(3, 4)
+    assert (r1["value"], r1["n"]) == (0.75, 4)
+    assert (r1["low"], r1["high"]) == (round(low, 4), round(high, 4))
+    assert rep["modes"]["bm25"]["doc"]["recall"]["20"]["value"] == 1.0
+    assert rep["modes"]["bm25"]["ticket"]["mrr"]["value"] == 0.5
+    assert rep["paired"] == []
+
+
+def test_eval_human_output(lexical_pack: Path, files: dict[str, Path]) -> None:
+    code, stdout = run("eval", str(lexical_pack), str(files["q"]), "--k", "1,4")
+    assert code == 0
+    lines = stdout.splitlines()
+    assert lines[1] == "destroyed answers: 1 of 4 needles (q4-ticket)"
+    assert lines[3].split() == ["mode", "subset", "n", "R@1", "R@4", "MRR"]
+    low, high = E.wilson(3, 4)
+    assert lines[4].split()[:5] == ["bm25", "all", "4", "0.75", f"[{low:.2f},{high:.2f}]"]
+
+
+def test_eval_against_itself_is_all_ties(lexical_pack: Path, files: dict[str, Path]) -> None:
+    code, stdout = run(
+        "eval", str(lexical_pack), str(files["q"]), "--against", str(lexical_pack), "--json"
+    )
+    assert code == 0
+    rep = json.loads(stdout)
+    every_k = [x for c in rep["paired"] for x in c["k"]]
+    assert every_k and all(x["wins"] == x["losses"] == 0 and x["p_value"] == 1.0 for x in every_k)
+
+
+def test_eval_modes_paired_on_vector_pack(
+    vector_pack: Path, files: dict[str, Path], tiny_model: Path
+) -> None:
+    code, stdout = run(
+        "eval", str(vector_pack), str(files["q"]), "--mode", "hybrid", "--mode", "bm25", "--json",
+        "--model", str(tiny_model),
+    )  # fmt: skip
+    assert code == 0
+    rep = json.loads(stdout)
+    assert list(rep["modes"]) == ["hybrid", "bm25"]
+    c = next(c for c in rep["paired"] if c["subset"] == "all")
+    assert (c["a"], c["b"], c["n"]) == ("hybrid", "bm25", 4)
+    for x in c["k"]:
+        assert x["wins"] + x["losses"] + x["both"] + x["neither"] == 4
+        assert x["p_value"] == pytest.approx(E.sign_test(x["wins"], x["losses"]), abs=1e-6)
+    # bm25 finds the identifier needles at rank 1 here exactly as on the lexical pack
+    assert rep["modes"]["bm25"]["all"]["recall"]["1"]["value"] == 0.75
+
+
+def test_eval_dense_on_lexical_pack_is_a_usage_error(
+    lexical_pack: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_main(capsys, "eval", str(lexical_pack), str(files["q"]), "--mode", "dense")
+    assert code == 2
+    assert err == (
+        f"kbpack: error: {lexical_pack}: this pack has no vectors (built with --no-vectors); "
+        "use --mode bm25\n"
+    )
+
+
+def test_eval_bad_question_file_names_file_and_line(
+    lexical_pack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "q", "needle": "n"}\n{"query": "no needle"}\n')
+    code, err = run_main(capsys, "eval", str(lexical_pack), str(bad))
+    assert code == 2
+    assert err == f"kbpack: error: {bad} line 2: missing or empty string 'needle'; add it\n"
+
+
+def test_eval_bad_k_is_a_usage_error(lexical_pack: Path, files: dict[str, Path]) -> None:
+    r = CliRunner().invoke(cli, ["eval", str(lexical_pack), str(files["q"]), "--k", "0,x"])
+    assert r.exit_code == 2
+    assert "give positive integers separated by commas" in r.output
+
+
+# -- calibrate ------------------------------------------------------------------------------------
+def test_calibrate_sweep_and_rule(
+    vector_pack: Path, files: dict[str, Path], tiny_model: Path
+) -> None:
+    code, stdout = run(
+        "calibrate", str(vector_pack), "--questions", str(files["q"]), "--ood", str(files["ood"]),
+        "--json", "--model", str(tiny_model),
+    )  # fmt: skip
+    assert code == 0
+    rep = json.loads(stdout)
+    rows = rep["sweep"]
+    assert rows[0]["threshold"] == 0.0 and rows[-1]["threshold"] == 2.0
+    for a, b in itertools.pairwise(rows):  # a looser gate refuses less, bluffs more
+        assert b["falsely_refused"] <= a["falsely_refused"] and b["bluffed"] >= a["bluffed"]
+    # at distance 2 every query passes: nothing refused, every OOD query bluffed
+    assert (rows[-1]["falsely_refused"], rows[-1]["bluffed"]) == (0, len(OOD))
+    for r in rows:
+        assert r["answered_correctly"] + r["answered_wrongly"] + r["falsely_refused"] == 4
+    best = rep["recommended"]
+    allowed = [r for r in rows if r["falsely_refused"] / 4 <= 0.05]
+    assert best["falsely_refused"] == 0
+    assert best["bluffed"] == min(r["bluffed"] for r in allowed)
+    assert best["threshold"] == max(
+        r["threshold"] for r in allowed if r["bluffed"] == best["bluffed"]
+    )
+
+
+def test_calibrate_write_stores_threshold_and_provenance(
+    vector_pack: Path, files: dict[str, Path], tmp_path: Path, tiny_model: Path
+) -> None:
+    out = tmp_path / "calibrated.kbpack"
+    code, stdout = run(
+        "calibrate", str(vector_pack), "--questions", str(files["q"]), "--ood", str(files["ood"]),
+        "--write", "-o", str(out), "--json", "--model", str(tiny_model),
+    )  # fmt: skip
+    assert code == 0
+    rep = json.loads(stdout)
+    assert rep["written"] == str(out)
+    code, stdout = run("inspect", str(out), "--json")
+    search = json.loads(stdout)["search"]
+    cal = search["calibration"]
+    assert search["max_distance"] == cal["threshold"] == rep["recommended"]["threshold"]
+    assert cal["questions"]["file"] == "q.jsonl" and cal["ood"]["count"] == len(OOD)
+    assert cal["rule"] == E.rule_text()
+    code, stdout = run("query", str(out), "orchid repotting", "--json", "--model", str(tiny_model))
+    assert json.loads(stdout)["threshold"] == cal["threshold"]  # query now uses it by default
+
+
+def test_calibrate_human_output_marks_the_recommendation(
+    vector_pack: Path, files: dict[str, Path], tiny_model: Path
+) -> None:
+    code, stdout = run(
+        "calibrate", str(vector_pack), "--questions", str(files["q"]), "--ood", str(files["ood"]),
+        "--model", str(tiny_model),
+    )  # fmt: skip
+    assert code == 0
+    assert stdout.splitlines()[2].split() == ["threshold", "correct", "wrong", "refused", "bluffed"]
+    assert sum(line.startswith("*") for line in stdout.splitlines()) == 1
+    assert "recommended threshold: " in stdout and "(not written: add --write" in stdout
+
+
+def test_calibrate_needs_vectors(
+    lexical_pack: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "calibrate",
+        str(lexical_pack),
+        "--questions",
+        str(files["q"]),
+        "--ood",
+        str(files["ood"]),
+    ]
+    code, err = run_main(capsys, *args)
+    assert code == 2
+    assert "this pack has no vectors (built with --no-vectors); there is no distance" in err
+
+
+# -- the development evaluation set ---------------------------------------------------------------
+def test_dev_set_passes_its_checker() -> None:
+    r = subprocess.run([sys.executable, str(CHECKER)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OK: ")
+
+
+def test_checker_fails_on_missing_duplicate_and_heading_needles(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_text(
+        "# Unique Heading Words\n\nThe quick fox jumps.\n\nTwice said. Twice said.\n"
+    )
+    (corpus / "b.html").write_text("<h2>Html Title Here</h2><p>Only once in html.</p>")
+    cases = {
+        "q1": "The quick fox jumps.",  # fine
+        "q2": "Only once in html.",  # fine
+        "q3": "Twice said.",  # duplicated
+        "q4": "Unique Heading Words",  # a heading
+        "q5": "Html Title Here",  # an HTML heading
+        "q6": "not in the corpus",  # missing
+    }
+    rows = [
+        {"id": f"{i}-{ph}", "query": "?", "needle": n, "phrasing": ph}
+        for i, n in cases.items()
+        for ph in ("doc", "ticket")
+    ]
+    q = jsonl(tmp_path / "q.jsonl", rows)
+    ood = jsonl(tmp_path / "ood.jsonl", [{"id": f"o{i}", "query": "x"} for i in range(20)])
+    args = [sys.executable, str(CHECKER), "--corpus", str(corpus), "--questions", str(q)]
+    r = subprocess.run([*args, "--ood", str(ood)], capture_output=True, text=True)
+    assert r.returncode == 1
+    problems = sorted(r.stderr.splitlines())
+    assert problems == [
+        "only 6 needles; at least 40 required",
+        "q3-doc: needle occurs 2 times (a.md x2)",
+        "q4-doc: needle is (part of) a heading in a.md",
+        "q5-doc: needle is (part of) a heading in b.html",
+        "q6-doc: needle occurs 0 times (nowhere)",
+    ]
