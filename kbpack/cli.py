@@ -10,10 +10,12 @@ Exit codes: 0 success; 1 failure or findings (verify), differences (diff); 2 usa
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -70,7 +72,44 @@ class LazyGroup(click.Group):
             return None
         module, attr, _ = COMMANDS[cmd_name]
         command: click.Command = getattr(importlib.import_module(module), attr)
+        _exit_with_return_value(command)
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from kbpack.errors import KbpackError
+
+        try:
+            return super().invoke(ctx)
+        except KbpackError as e:
+            raise CommandError(str(e), e.exit_code) from e
+
+
+class CommandError(click.ClickException):
+    """A library error as the CLI shows it: one line on stderr, the error's exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"kbpack: error: {self.message}", err=True)
+
+
+def _exit_with_return_value(command: click.Command) -> None:
+    """Commands return their exit code; click ignores return values, so make it exit with it."""
+    cb = command.callback
+    if cb is None or getattr(cb, "_kbpack_exit", False):
+        return
+
+    @functools.wraps(cb)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rv = cb(*args, **kwargs)
+        if isinstance(rv, int) and rv:
+            click.get_current_context().exit(rv)
+        return rv
+
+    wrapper._kbpack_exit = True  # type: ignore[attr-defined]
+    command.callback = wrapper
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
@@ -106,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
-    except KbpackError as e:
+    except KbpackError as e:  # raised outside a command (should not happen; kept as a net)
         click.echo(f"kbpack: error: {e}", err=True)
         sys.exit(e.exit_code)
     except BrokenPipeError:

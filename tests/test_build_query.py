@@ -1,0 +1,300 @@
+"""build and query end to end through the CLI, with the real llama.cpp on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kbpack.cli import cli
+
+DOCS = {
+    "logs.md": """# Rotating logs
+
+Logs grow without bound unless rotated.
+
+## Configuration
+
+Set `max_bytes` to 10485760 and `backup_count` to 5 in the handler.
+
+## Troubleshooting
+
+Error 0x80070005 means access denied: run the service as its own user.
+The process got SIGKILL from the out-of-memory killer when the buffer grew past the limit.
+""",
+    "db.md": """# Database
+
+## Threads
+
+Pass check_same_thread=False to share one connection between threads, and lock it yourself.
+
+## Compression
+
+Archives use ZIP_DEFLATED when zlib is available, otherwise ZIP_STORED.
+""",
+    "notes.txt": "Deploy the service to EU-WEST-1 first, then to the other regions.\n\nUse %z in strftime for the UTC offset.\n\nRun python -X importtime to see slow imports.\n",
+    "broken.pdf": "this is not a pdf",
+}
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT with a 256-token window (tiny_model's 16 tokens split every sentence)."""
+    from tiny_gguf import build_tiny_gguf
+
+    return build_tiny_gguf(
+        tmp_path_factory.mktemp("wide") / "wide.gguf", name="tiny-wide", window=256
+    )
+
+
+@pytest.fixture(scope="module")
+def pack(corpus: Path, model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("packs") / "docs.kbpack"
+    code, stdout, _ = run("build", str(corpus), "-o", str(out), "--model", str(model), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert report["counts"]["documents_ok"] == 3
+    assert report["counts"]["documents_failed"] == 1
+    assert report["failed"][0]["name"] == "broken.pdf"
+    return out
+
+
+def test_build_summary_counts_what_was_written(pack: Path) -> None:
+    code, stdout, _ = run("inspect", str(pack), "--json")
+    info = json.loads(stdout)
+    assert code == 0
+    assert info["counts"]["chunks"] == info["counts"]["vectors"] > 0
+    assert info["failed"][0]["name"] == "broken.pdf"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "check_same_thread",
+        "ZIP_DEFLATED",
+        "-X importtime",
+        "%z",
+        "EU-WEST-1",
+        "0x80070005",
+        "SIGKILL",
+    ],
+)
+def test_identifiers_are_found_as_typed(pack: Path, query: str) -> None:
+    code, stdout, _ = run("query", str(pack), query, "--json", "-k", "1")
+    assert code == 0, stdout
+    top = json.loads(stdout)["results"][0]
+    assert query.split()[-1] in top["content"] or query in top["content"]
+
+
+def test_json_result_fields_and_quote_is_content(pack: Path) -> None:
+    code, stdout, _ = run("query", str(pack), "ZIP_DEFLATED", "--json")
+    res = json.loads(stdout)["results"][0]
+    for key in (
+        "rank",
+        "doc",
+        "section",
+        "from",
+        "to",
+        "page",
+        "locator",
+        "distance",
+        "bm25_rank",
+        "content",
+    ):
+        assert key in res
+    assert res["doc"] == "db.md" and res["locator"] == f"db.md#char={res['from']},{res['to']}"
+    assert res["section"] == "Database > Compression"
+    assert not res["content"].startswith("Database >")  # never the embedded header
+
+
+def test_refusal_exit_3(pack: Path, model: Path) -> None:
+    q = ["query", str(pack), "completely unrelated words", "--model", str(model)]
+    code, stdout, _ = run(*q, "--max-distance", "0")
+    assert code == 3
+    assert stdout.startswith(
+        'NO ANSWER: nothing under cosine distance 0 for "completely unrelated words"'
+    )
+    code, stdout, _ = run(*q, "--max-distance", "0", "--json")
+    assert code == 3 and json.loads(stdout)["answer"] is None
+
+
+def test_exact_identifier_passes_the_gate_in_hybrid(pack: Path, model: Path) -> None:
+    code, stdout, _ = run(
+        "query", str(pack), "ZIP_DEFLATED", "--model", str(model), "--max-distance", "0", "--json"
+    )
+    assert code == 0
+    assert "ZIP_DEFLATED" in json.loads(stdout)["results"][0]["content"]
+
+
+def test_other_model_means_lexical_only(pack: Path, tiny_model_b: Path) -> None:
+    code, stdout, _ = run(
+        "query", str(pack), "ZIP_DEFLATED", "--model", str(tiny_model_b), "--json"
+    )
+    out = json.loads(stdout)
+    assert code == 0 and out["lexical_only"] is True
+    assert "not the pack's model" in out["notes"][0]
+
+
+def test_context_section_and_filters(pack: Path) -> None:
+    code, stdout, _ = run(
+        "query", str(pack), "SIGKILL", "--context", "section", "--json", "-k", "1"
+    )
+    res = json.loads(stdout)["results"][0]
+    assert res["section"] == "Rotating logs > Troubleshooting" and res["content"].startswith(
+        "## Troubleshooting"
+    )
+    code, stdout, _ = run(
+        "query", str(pack), "service", "--doc", "*.txt", "--mode", "bm25", "--json"
+    )
+    assert {r["doc"] for r in json.loads(stdout)["results"]} == {"notes.txt"}
+    code, stdout, _ = run("query", str(pack), "service", "--type", "md", "--mode", "bm25", "--json")
+    assert {r["doc"] for r in json.loads(stdout)["results"]} == {"logs.md"}
+
+
+def test_batch_mode_one_line_per_query(pack: Path, tmp_path: Path) -> None:
+    batch = tmp_path / "q.txt"
+    batch.write_text('ZIP_DEFLATED\n{"id": "t2", "query": "SIGKILL"}\n')
+    code, stdout, _ = run("query", str(pack), "--batch", str(batch), "--json")
+    lines = [json.loads(x) for x in stdout.splitlines()]
+    assert code == 0 and [x["id"] for x in lines] == [1, "t2"]
+    assert "SIGKILL" in lines[1]["results"][0]["content"]
+
+
+def test_prompt_format_packs_under_budget(pack: Path) -> None:
+    code, stdout, _ = run(
+        "query", str(pack), "SIGKILL", "--format", "prompt", "--budget-tokens", "200", "--json"
+    )
+    out = json.loads(stdout)
+    assert code == 0 and out["tokens"] <= 200
+    assert "[1]" in out["prompt"] and "only the numbered sources" in out["prompt"]
+    assert out["citations"][0]["locator"].startswith("logs.md#char=")
+
+
+def test_no_vectors_pack_answers_with_bm25(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bm25.kbpack"
+    code, _, _ = run("build", str(corpus), "-o", str(out), "--no-vectors", "--quiet")
+    assert code == 0
+    code, stdout, _ = run("query", str(out), "check_same_thread", "--json")
+    res = json.loads(stdout)
+    assert code == 0 and res["lexical_only"] is True
+    assert "check_same_thread" in res["results"][0]["content"]
+
+
+def test_embedded_model_is_used_without_model_install(
+    corpus: Path, model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "self.kbpack"
+    code, _, _ = run(
+        "build", str(corpus), "-o", str(out), "--model", str(model), "--embed-model", "--quiet"
+    )
+    assert code == 0
+    code, stdout, _ = run("query", str(out), "rotate logs", "--mode", "dense", "--json")
+    res = json.loads(stdout)
+    assert code == 0 and res["lexical_only"] is False and res["results"][0]["distance"] is not None
+
+
+def test_python_api(pack: Path, model: Path) -> None:
+    import kbpack
+    from kbpack.pack import format as F
+
+    with kbpack.open(pack, model=model) as p:
+        resp = p.search("0x80070005", k=2)
+        assert resp.answered and not resp.lexical_only and resp.results[0].doc == "logs.md"
+        top = resp.results[0]
+        doc = p.reader.strings(F.DOC_NAME).index("logs.md")
+        assert p.reader.text(doc)[top.start : top.end] == top.content
+
+
+def test_strict_makes_failures_an_error(corpus: Path, tmp_path: Path) -> None:
+    code, _, _ = run(
+        "build",
+        str(corpus),
+        "-o",
+        str(tmp_path / "s.kbpack"),
+        "--no-vectors",
+        "--strict",
+        "--quiet",
+    )
+    assert code == 1
+
+
+def test_missing_source_is_a_usage_error(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kbpack",
+            "build",
+            str(tmp_path / "nope"),
+            "-o",
+            str(tmp_path / "x.kbpack"),
+            "--no-vectors",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert (
+        "nope" in r.stderr
+        and "Traceback" not in r.stderr
+        and len(r.stderr.strip().splitlines()) == 1
+    )
+
+
+def test_interrupt_leaves_old_pack_and_no_partial_file(
+    corpus: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """SIGINT mid-build: exit 130, the existing pack untouched, no temp file left."""
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(400):
+        (big / f"d{i:03}.md").write_text(
+            f"# Doc {i}\n\n" + ("Lorem ipsum dolor sit amet. " * 40 + "\n\n") * 5
+        )
+    out = tmp_path / "p.kbpack"
+    out.write_bytes(b"old pack")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kbpack",
+            "build",
+            str(big),
+            "-o",
+            str(out),
+            "--model",
+            str(tiny_model),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob(".p.kbpack.tmp-*")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert out.read_bytes() == b"old pack"
+    assert not list(tmp_path.glob(".p.kbpack.tmp-*"))
