@@ -108,6 +108,7 @@ def test_identifiers_are_found_as_typed(pack: Path, query: str) -> None:
 
 def test_json_result_fields_and_quote_is_content(pack: Path) -> None:
     code, stdout, _ = run("query", str(pack), "ZIP_DEFLATED", "--json")
+    assert code == 0
     res = json.loads(stdout)["results"][0]
     for key in (
         "rank",
@@ -168,6 +169,7 @@ def test_context_section_and_filters(pack: Path) -> None:
     )
     assert {r["doc"] for r in json.loads(stdout)["results"]} == {"notes.txt"}
     code, stdout, _ = run("query", str(pack), "service", "--type", "md", "--mode", "bm25", "--json")
+    assert code == 0
     assert {r["doc"] for r in json.loads(stdout)["results"]} == {"logs.md"}
 
 
