@@ -16,18 +16,23 @@ from kbpack.extract.structure import Heading, build_sections
 from kbpack.text import Decoded, canonicalize, decode_text
 
 _BINARY_SAMPLE = 64 * 1024
-_BINARY_NUL_SHARE = 0.10
+_BINARY_CONTROL_SHARE = 0.10
+# C0 control bytes that no text file uses (tab, newlines, form feed and escape excluded).
+_CONTROL_BYTES = bytes([*range(0, 9), *range(14, 27), *range(28, 32)])
 
 
 def _decode(data: bytes, declared: str | None = None) -> Decoded:
+    """Decode a text file; refuse binary content (over 10% control bytes, NUL included, in
+    the first 64 KiB) unless a byte-order mark says it is UTF-16/32."""
     decoded = decode_text(data, declared)
     if "BOM" not in decoded.decoding:
         sample = data[:_BINARY_SAMPLE]
-        share = sample.count(0) / max(len(sample), 1)
-        if share > _BINARY_NUL_SHARE:
+        controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+        share = controls / max(len(sample), 1)
+        if share > _BINARY_CONTROL_SHARE:
             raise ExtractionError(
-                f"binary content ({share:.0%} NUL bytes in the first 64 KiB), not text; "
-                "UTF-16 text needs a byte-order mark",
+                f"binary content ({share:.0%} control or NUL bytes in the first 64 KiB), not "
+                "text; UTF-16 text needs a byte-order mark",
                 "detect",
             )
     return decoded
