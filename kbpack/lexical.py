@@ -17,6 +17,7 @@ Defaults k1 = 1.2, b = 0.75.
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
 from array import array
@@ -30,6 +31,7 @@ import numpy as np
 K1 = 1.2
 B = 0.75
 MAX_TOKEN_CHARS = 64
+_STRIDE = 32  # TermLookup: one sampled term per 32
 
 # Han (incl. extensions and compatibility ideographs), Hiragana, Katakana (without the middle
 # dot U+30FB), Hangul jamo and syllables. These scripts are written without spaces between
@@ -179,7 +181,10 @@ class TermLookup:
         self.blob = np.asarray(blob, dtype=np.uint8)
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self._bytes = self.blob.tobytes()
-        self._off = self.offsets.tolist()
+        # Every 32nd term as bytes: bisect (in C) picks the bucket, then <= 5 probes inside it.
+        starts = self.offsets[:-1:_STRIDE].tolist()
+        ends = self.offsets[1::_STRIDE].tolist()
+        self._sample = [self._bytes[a:b] for a, b in zip(starts, ends, strict=True)]
 
     @classmethod
     def from_terms(cls, terms: Sequence[str]) -> TermLookup:
@@ -196,15 +201,21 @@ class TermLookup:
         return cls(blob, offsets)
 
     def __len__(self) -> int:
-        return len(self._off) - 1
+        return max(0, len(self.offsets) - 1)
 
     def term(self, row: int) -> str:
-        return self._bytes[self._off[row] : self._off[row + 1]].decode("utf-8")
+        a, b = self.offsets[row : row + 2].tolist()
+        return self._bytes[a:b].decode("utf-8")
 
     def find(self, term: str) -> int | None:
         """Row of ``term`` (already tokenized), or None when no chunk contains it."""
         key = term.encode("utf-8")
-        data, off = self._bytes, self._off
+        k = bisect.bisect_right(self._sample, key) - 1
+        if k < 0:
+            return None
+        first = k * _STRIDE
+        off = self.offsets[first : first + _STRIDE + 1].tolist()
+        data = self._bytes
         lo, hi = 0, len(off) - 1
         while lo < hi:
             mid = (lo + hi) // 2
@@ -213,7 +224,7 @@ class TermLookup:
             else:
                 hi = mid
         if lo < len(off) - 1 and data[off[lo] : off[lo + 1]] == key:
-            return lo
+            return first + lo
         return None
 
     def problems(self) -> list[str]:
@@ -228,8 +239,9 @@ class TermLookup:
         if off[-1] != len(self._bytes):
             return [f"offsets end at {int(off[-1])} but the blob holds {len(self._bytes)} bytes"]
         prev: bytes | None = None
+        offsets = off.tolist()
         for i in range(len(self)):
-            cur = self._bytes[self._off[i] : self._off[i + 1]]
+            cur = self._bytes[offsets[i] : offsets[i + 1]]
             try:
                 cur.decode("utf-8")
             except UnicodeDecodeError:
@@ -247,6 +259,18 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(tokenize(query)))
 
 
+def length_norms(
+    doc_len: np.ndarray, k1: float = K1, b: float = B, avg_len: float | None = None
+) -> np.ndarray:
+    """``k1 * (1 - b + b * len(c) / avglen)`` for every chunk: the part of BM25 that depends on
+    the chunk alone. Compute it once per pack and pass it to ``bm25_scores(norms=...)``."""
+    dl = np.asarray(doc_len, dtype=np.float64)
+    avg = float(dl.mean()) if avg_len is None and len(dl) else (avg_len or 0.0)
+    if avg <= 0:
+        return np.full(len(dl), k1, dtype=np.float64)
+    return k1 * (1.0 - b + (b / avg) * dl)
+
+
 def bm25_scores(
     query: str,
     lookup: TermLookup,
@@ -257,48 +281,57 @@ def bm25_scores(
     k1: float = K1,
     b: float = B,
     avg_len: float | None = None,
+    norms: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """BM25 scores of every chunk that shares a term with ``query``.
 
-    Returns ``(chunk ids ascending as int64, float64 scores > 0)``. ``indptr``, ``chunk`` and
-    ``tf`` may be numpy arrays or h5py datasets: only the slices of the query's terms are read.
-    ``avg_len`` may be passed to skip recomputing the mean of ``doc_len`` per query.
+    Returns ``(chunk ids ascending, float64 scores > 0)``. ``indptr``, ``chunk`` and ``tf`` may
+    be numpy arrays or h5py datasets: only the slices of the query's terms are read. Passing
+    ``norms = length_norms(doc_len, k1, b)`` (same k1 and b) saves recomputing them per query.
     """
     n = len(doc_len)
     rows = [r for r in (lookup.find(t) for t in query_terms(query)) if r is not None]
     if not rows or n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    avg = float(np.mean(doc_len, dtype=np.float64)) if avg_len is None else avg_len
-    if avg <= 0:
+    if norms is None:
+        avg = float(np.mean(doc_len, dtype=np.float64)) if avg_len is None else avg_len
+        if avg <= 0:  # every chunk is empty: nothing can match
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    ids, f, df = _gather(rows, indptr, chunk, tf)
+    if len(ids) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    id_parts: list[np.ndarray] = []
-    score_parts: list[np.ndarray] = []
-    for r in rows:
-        lo, hi = (int(x) for x in indptr[r : r + 2])
-        if hi <= lo:
-            continue
-        ids = np.asarray(chunk[lo:hi], dtype=np.int64)
-        f = np.asarray(tf[lo:hi], dtype=np.float64)
-        df = hi - lo
-        idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        norm = k1 * (1.0 - b + b * (doc_len[ids] / avg))
-        id_parts.append(ids)
-        score_parts.append(idf * f * (k1 + 1.0) / (f + norm))
-    if not id_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    if len(id_parts) == 1:
-        return id_parts[0], score_parts[0]
-    all_ids = np.concatenate(id_parts)
-    all_scores = np.concatenate(score_parts)
-    if len(all_ids) * 8 > n:
+    weight = np.repeat(np.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0), df)
+    norm = norms[ids] if norms is not None else k1 * (1.0 - b + (b / avg) * doc_len[ids])
+    scores = weight * f / (f + norm)
+    if len(rows) == 1:
+        return ids.astype(np.int64), scores  # one term: ids are unique and ascending
+    if len(ids) * 16 > n:
         # Many postings: a dense accumulator is cheaper than sorting them.
-        acc = np.zeros(n, dtype=np.float64)
-        for ids, s in zip(id_parts, score_parts, strict=True):
-            acc[ids] += s  # ids are unique within one term's postings
+        acc = np.bincount(ids, weights=scores, minlength=n)
         hit = np.flatnonzero(acc)
-        return hit.astype(np.int64), acc[hit]
-    uniq, inverse = np.unique(all_ids, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=all_scores, minlength=len(uniq))
+        return hit, acc[hit]
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    return uniq.astype(np.int64), np.bincount(inverse, weights=scores, minlength=len(uniq))
+
+
+def _gather(
+    rows: list[int], indptr: Any, chunk: Any, tf: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Postings of ``rows``, concatenated: (chunk ids, tf as float64, df per row). Works the same
+    on numpy arrays and h5py datasets: only the query's slices are read."""
+    if isinstance(indptr, np.ndarray):
+        r = np.asarray(rows, dtype=np.int64)
+        lo, hi = indptr[r].tolist(), indptr[r + 1].tolist()
+    else:
+        bounds = [indptr[x : x + 2].tolist() for x in rows]
+        lo, hi = [int(a) for a, _ in bounds], [int(z) for _, z in bounds]
+    spans = [(a, z) for a, z in zip(lo, hi, strict=True) if z > a]
+    df = np.array([z - a for a, z in spans], dtype=np.int64)
+    if not spans:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), df
+    ids = np.concatenate([np.asarray(chunk[a:z]) for a, z in spans])
+    f = np.concatenate([np.asarray(tf[a:z]) for a, z in spans]).astype(np.float64)
+    return ids, f, df
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

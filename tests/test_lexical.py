@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbpack.lexical import PostingsBuilder, TermLookup, bm25_scores, tokenize, top_k
+from kbpack.lexical import (
+    PostingsBuilder,
+    TermLookup,
+    bm25_scores,
+    length_norms,
+    tokenize,
+    top_k,
+)
 
 IDENTIFIERS = [
     "check_same_thread",
@@ -36,7 +43,15 @@ def index(texts: list[str]) -> tuple[TermLookup, object]:
 def search(texts: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> dict[int, float]:
     lookup, p = index(texts)
     ids, scores = bm25_scores(query, lookup, p.indptr, p.chunk, p.tf, p.doc_len, k1=k1, b=b)
-    return dict(zip(ids.tolist(), scores.tolist(), strict=True))
+    got = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+    # The precomputed per-chunk norms give the same scores.
+    norms = length_norms(p.doc_len, k1, b)
+    ids2, scores2 = bm25_scores(
+        query, lookup, p.indptr, p.chunk, p.tf, p.doc_len, k1, b, norms=norms
+    )
+    assert ids2.tolist() == ids.tolist()
+    assert np.allclose(scores2, scores, rtol=1e-12, atol=0)
+    return got
 
 
 def naive_bm25(texts: list[str], query: str, k1: float, b: float) -> dict[int, float]:
@@ -212,6 +227,12 @@ def test_term_lookup_finds_terms_and_rejects_disorder() -> None:
     assert [lookup.find(t) for t in terms] == list(range(len(terms)))
     assert lookup.find("aa") is None and lookup.find("") is None and lookup.find("zzz") is None
     assert lookup.term(4) == terms[4]
+    # Enough terms for several sampled buckets: every term and its near misses.
+    many = sorted({f"{w}{i}" for w in ("a", "b", "é", "z_") for i in range(300)})
+    big = TermLookup.from_terms(many)
+    assert [big.find(t) for t in many] == list(range(len(many)))
+    assert [big.find(t + "!") for t in many[::7]] == [None] * len(many[::7])
+    assert big.find("0") is None and big.find("~") is None and len(big) == len(many)
     with pytest.raises(ValueError, match="sorted"):
         TermLookup.from_terms(["b", "a"])
     damaged = TermLookup(lookup.blob, lookup.offsets[::-1].copy())
