@@ -9,17 +9,19 @@ already extracts document *i + 1*, so at most two documents are held at once.
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
 import os
 import signal
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
+import kbpack
 from kbpack.document import Document
 from kbpack.errors import KbpackError
 from kbpack.extract.common import blank_document, failed, file_identity
@@ -56,18 +58,41 @@ def _serve(conn: Connection, memory_limit: int) -> None:
 
 
 class _Worker:
+    """A child interpreter running :func:`main`, talking over a socket pair.
+
+    A plain subprocess rather than multiprocessing: no fork of a parent that may hold threads
+    (llama.cpp), and no re-import of the caller's ``__main__`` as spawn would do.
+    """
+
     def __init__(self, limits: Limits) -> None:
-        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
-        self.conn, child = context.Pipe()
-        self.process: Any = context.Process(
-            target=_serve, args=(child, limits.max_worker_memory_bytes), daemon=True
+        import socket
+
+        parent, child = socket.socketpair()
+        self.conn = Connection(os.dup(parent.fileno()))
+        parent.close()
+        env = dict(os.environ)
+        package_root = str(Path(kbpack.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from kbpack.extract.worker import main; main(sys.argv[1:])",
+            str(child.fileno()),
+            str(limits.max_worker_memory_bytes),
+        ]
+        self.process = subprocess.Popen(
+            command,
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # parsers may print; the document records what matters
+            env=env,
         )
-        self.process.start()
         child.close()
         if not self.conn.poll(_START_TIMEOUT_S) or self._recv() != "ready":
             self.kill()
             raise KbpackError(
-                "the extraction worker process did not start; check that kbpack is installed"
+                f"the extraction worker process did not start ({sys.executable}); check that kbpack and its dependencies are installed"
             )
 
     def _recv(self) -> object:
@@ -87,22 +112,23 @@ class _Worker:
         result = self._recv()
         if isinstance(result, Document):
             return result
-        self.process.join(_STOP_TIMEOUT_S)
-        code = self.process.exitcode
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(_STOP_TIMEOUT_S)
+        code = self.process.returncode
         self.kill()
         return f"crash:{_describe_exit(code)}"
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             self.process.kill()
-        self.process.join(_STOP_TIMEOUT_S)
+        self.process.wait()
         self.conn.close()
 
     def stop(self) -> None:
         try:
             self.conn.send(None)
-            self.process.join(_STOP_TIMEOUT_S)
-        except (OSError, ValueError):
+            self.process.wait(_STOP_TIMEOUT_S)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
         self.kill()
 
@@ -164,3 +190,8 @@ def extract_all(
     finally:
         if worker is not None:
             worker.stop()
+
+
+def main(argv: list[str]) -> None:
+    """Entry point of the worker process: ``argv`` = [socket fd, memory limit in bytes]."""
+    _serve(Connection(int(argv[0])), int(argv[1]))
