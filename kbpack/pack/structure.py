@@ -63,9 +63,14 @@ def check_structure(h: Any, counts: dict[str, int], file_size: int) -> list[Find
             findings.append(Finding("unreadable-object", path, _one_line(e)))
             continue
         is_group = isinstance(obj, h5py.Group)
-        if bool(el.dtype) == is_group:
+        if bool(el.dtype) == is_group or not isinstance(obj, h5py.Group | h5py.Dataset):
             want = "a dataset" if el.dtype else "a group"
             findings.append(Finding("wrong-object-type", path, f"must be {want}"))
+            continue
+        if h5py.h5o.get_info(obj.id).rc != 1:
+            # two names for one object (e.g. /chunks/to aliasing /chunks/from) defeat checks
+            # that assume each element is its own data
+            findings.append(Finding("hard-link-alias", path, "the object has more than one name"))
             continue
         findings.extend(_check_attrs(obj, path))
         if not is_group:
@@ -128,18 +133,19 @@ def _check_dataset(ds: Any, el: F.Element, counts: dict[str, int], file_size: in
         out.append(
             Finding("count-mismatch", path, f"{ds.shape[0]} rows, manifest counts {el.rows}={rows}")
         )
-    if el.dtype != "str":
-        declared = int(np.prod(ds.shape, dtype=np.float64)) * dt.itemsize
-        compressed = any(dcpl.get_filter(i)[0] == 1 for i in range(dcpl.get_nfilters()))
-        limit = file_size * (1024 if compressed else 1)
-        if declared > limit:
-            out.append(
-                Finding(
-                    "size-out-of-range",
-                    path,
-                    f"declares {declared} bytes, the file has {file_size}",
-                )
+    # declared bytes must fit the file; a vlen string row costs at least its 8-byte heap
+    # pointer there, so a 10**12-row string column is refused too
+    declared = int(np.prod(ds.shape, dtype=np.float64)) * dt.itemsize
+    compressed = any(dcpl.get_filter(i)[0] == 1 for i in range(dcpl.get_nfilters()))
+    limit = file_size * (1024 if compressed else 1)
+    if declared > limit:
+        out.append(
+            Finding(
+                "size-out-of-range",
+                path,
+                f"declares {declared} bytes, the file has {file_size}",
             )
+        )
     return out
 
 
