@@ -11,7 +11,7 @@ Policy (the same for every format, so a quote looks like the source):
 * nothing else is changed: Markdown keeps its markup, other control characters stay.
 
 Decoding order for text files (:func:`decode_text`): a byte-order mark (UTF-8, UTF-16,
-UTF-32), then strict UTF-8, then cp1252 (the usual Windows legacy encoding; its five
+UTF-32), then strict UTF-8, then (HTML only) the declared charset, then cp1252 (the usual Windows legacy encoding; its five
 undefined bytes map to the Latin-1 code points), recorded in ``Document.decoding``.
 """
 
@@ -68,23 +68,26 @@ def _decode_counting(data: bytes, encoding: str) -> tuple[str, int]:
 
 
 def decode_text(data: bytes, declared: str | None = None) -> Decoded:
-    """Bytes of a text file -> str. Order: BOM, ``declared`` (e.g. an HTML meta charset, used
-    only if it decodes strictly), strict UTF-8, cp1252 fallback. Never raises."""
+    """Bytes of a text file -> str. Order: BOM, strict UTF-8, ``declared`` (e.g. an HTML meta
+    charset; used only if it decodes strictly), cp1252 fallback. Never raises.
+
+    UTF-8 goes before a declaration because bytes that are valid UTF-8 are almost never
+    meant as anything else, while wrong declarations are common."""
     for bom, encoding, label in _BOMS:
         if data.startswith(bom):
             text, bad = _decode_counting(data[len(bom) :], encoding)
             return Decoded(text, label, bad)
+    try:
+        return Decoded(data.decode("utf-8"), "utf-8")
+    except UnicodeDecodeError:
+        pass
     if declared:
         try:
             codec = codecs.lookup(declared).name
             if codec not in ("utf-8", "cp1252", "latin-1", "iso8859-1", "ascii"):
                 return Decoded(data.decode(codec), f"{codec} (declared)")
         except (LookupError, UnicodeDecodeError, ValueError):
-            pass  # a wrong declaration is common; fall through to the checks below
-    try:
-        return Decoded(data.decode("utf-8"), "utf-8")
-    except UnicodeDecodeError:
-        pass
+            pass  # a wrong declaration: fall back like an undeclared file
     text, _ = codecs.charmap_decode(data, "strict", _CP1252)
     return Decoded(text, "cp1252 (fallback: not valid UTF-8)")
 

@@ -8,7 +8,7 @@
   list items are lines ``- item`` (indented two spaces per nesting level); a table is one
   line per row with the cells joined by `` | ``; ``pre`` keeps its whitespace, elsewhere runs
   of whitespace collapse to one space; ``br`` is a line break.
-* Decoding: BOM, then the ``<meta charset>`` declaration, then UTF-8, then cp1252.
+* Decoding: BOM, then strict UTF-8, then the ``<meta charset>`` declaration, then cp1252.
 
 Title: the first ``h1``, else ``<title>``, else the file name stem.
 """
