@@ -115,7 +115,9 @@ TOKENIZER_ID = "kbpack-words-1"
 
 CHUNK_HEADER_RULE = "embedded_text_rule"
 EMBEDDED_TEXT_RULE = (
-    "header + '\\n\\n' + content; header = ' > '.join([document title] + section path)"
+    "header + '\\n\\n' + content; header = ' > '.join([document title] + section path), "
+    "whitespace collapsed, empty or repeated consecutive titles dropped, cut to 200 characters "
+    "(spec/FORMAT.md 3.4)"
 )
 
 SEARCH_MAX_DISTANCE = "max_distance"
