@@ -19,7 +19,6 @@ from kbpack.pack import format as F
 from kbpack.pack.manifest import (
     encode_header,
     hash_hdf5_bytes,
-    parse_manifest,
     read_header,
     write_header,
 )
@@ -145,7 +144,7 @@ def make_pack(
 ) -> Path:
     """Write a 3-document pack (markdown with sections, a paged PDF-like one, a failed one).
 
-    ``mutate_vectors(array)`` / ``mutate_chunks(list)`` let a test make a semantically bad pack
+    ``mutate_vectors(array)`` (first document's vectors) / ``mutate_chunks(doc, list)`` let a test make a semantically bad pack
     that the writer still accepts (NaN vectors, offsets past the end)."""
     model = model_identity(model_dims or dims) if dense else None
     builder = PostingsBuilder()
@@ -159,7 +158,7 @@ def make_pack(
             if mutate_chunks is not None:
                 chunks = mutate_chunks(doc, list(chunks))
             vectors = unit_vectors(len(chunks), dims, seed + i) if dense else None
-            if vectors is not None and mutate_vectors is not None:
+            if vectors is not None and mutate_vectors is not None and i == 0:
                 mutate_vectors(vectors)
             w.add_document(doc, chunks, vectors)
         w.set_postings(builder.finish(n))
@@ -175,7 +174,6 @@ def restamp(path: Path, **changes: Any) -> None:
     doc["file_size"], doc["hdf5_sha256"] = hash_hdf5_bytes(path)
     doc.update(changes)
     raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    parse_manifest(raw, str(path))
     write_header(path, encode_header(raw, header.signature))
 
 
