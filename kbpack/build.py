@@ -58,6 +58,7 @@ class BuildReport:
     model: dict[str, Any] | None
     peak_rss_mb: float
     reused_documents: int = 0
+    vectors_embedded: int = 0  # chunks that went through the model (the rest were reused)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -83,6 +84,8 @@ class _Timer:
 # A reuse hook: given a document about to be chunked, return its chunks and vectors from an
 # earlier pack (update, migrate) or None to chunk and embed it afresh.
 Reuse = Callable[[Document], "tuple[list[Any], np.ndarray | None] | None"]
+# A vector cache: embedded text -> the vector the same model computed for it earlier, or None.
+KnownVectors = Callable[[str], "np.ndarray | None"]
 
 
 def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
@@ -98,11 +101,15 @@ def build_from(
     opts: BuildOptions,
     progress: Progress | None = None,
     reuse: Reuse | None = None,
+    known_vectors: KnownVectors | None = None,
 ) -> BuildReport:
     """Chunk, embed, index and write ``documents`` (in order) to ``opts.out``.
 
     ``opts.sources`` and the extraction options are not used here. ``reuse`` lets a caller
-    supply the chunks and vectors of documents it already has (same model, same pipeline).
+    supply the chunks and vectors of documents it already has (same model, same pipeline); it
+    may return vectors None to have the given chunks embedded. ``known_vectors`` maps an
+    embedded text to the vector this very model gave it before (or None): those are not
+    embedded again.
     """
     progress = progress or Progress(enabled=False)
     timer = _Timer()
@@ -133,6 +140,7 @@ def build_from(
     pending: list[tuple[Document, list[Any], list[str], np.ndarray | None]] = []
     n_docs = 0
     n_reused = 0
+    n_embedded = 0  # texts that went through the model (not taken from known_vectors)
 
     identity = embedder.identity.as_dict() if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
@@ -141,9 +149,12 @@ def build_from(
     ) as writer:
 
         def flush() -> None:
-            nonlocal t
+            nonlocal t, n_embedded
             texts = [s for _, _, embedded, _ in pending for s in embedded]
-            fresh = embedder.embed(texts) if (embedder and texts) else None
+            fresh: np.ndarray | None = None
+            if embedder and texts:
+                fresh, n = _embed(embedder, texts, known_vectors)
+                n_embedded += n
             t = timer.add("embed", t)
             at = 0
             for doc, chunks, embedded, given in pending:
@@ -178,11 +189,13 @@ def build_from(
             reused = reuse(doc) if (reuse and doc.status == "ok") else None
             if reused is not None:
                 chunks, given = reused
-                n_reused += 1
+                if given is not None or embedder is None:  # else: only re-embedded
+                    n_reused += 1
             elif doc.status == "ok":
                 result = chunk_document(doc, count, config)
                 chunks = result.chunks
                 problems.extend({"name": doc.name, "problem": p} for p in result.problems)
+            if given is None:
                 for c in chunks:
                     h = header(doc.title, section_path(doc, c.section))
                     embedded.append(embedded_text(h, doc.text[c.start : c.end]))
@@ -218,7 +231,26 @@ def build_from(
         model=identity,
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         reused_documents=n_reused,
+        vectors_embedded=n_embedded,
     )
+
+
+def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple[np.ndarray, int]:
+    """Vectors of ``texts`` -- those ``known`` already has, the rest embedded in one call --
+    and how many were embedded."""
+    if known is None:
+        return np.asarray(embedder.embed(texts)), len(texts)
+    out = np.zeros((len(texts), embedder.dims), np.float32)
+    missing = []
+    for i, text in enumerate(texts):
+        v = known(text)
+        if v is None:
+            missing.append(i)
+        else:
+            out[i] = v
+    if missing:
+        out[missing] = embedder.embed([texts[i] for i in missing])
+    return out, len(missing)
 
 
 def _with_skipped(skipped: list[Document], extracted: Any) -> Any:
