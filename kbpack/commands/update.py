@@ -1,0 +1,33 @@
+"""``kbpack update``: rebuild a pack from its sources, reusing every unchanged document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kbpack.commands.build import build_options, run_build_command
+
+
+@click.command()
+@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the new pack here (default: replace PACK atomically).",
+)
+@build_options
+def update(pack: Path, sources: tuple[Path, ...], out: Path | None, **kw: Any) -> int:
+    """Rebuild PACK from SOURCES, reusing the documents that did not change.
+
+    A document whose source bytes, extractor, pipeline and model are unchanged keeps its text,
+    chunks and vectors from PACK (no extraction, no embedding); changed sources are extracted
+    again and removed ones dropped. The result holds what a fresh build would (kbpack diff
+    shows it). Give the same --model and chunking options as the original build.
+    Exit codes as for build.
+    """
+    return run_build_command(sources, out or pack, reuse=pack, **kw)

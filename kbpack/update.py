@@ -1,0 +1,180 @@
+"""Incremental build (``kbpack update``): a new pack from the sources, reusing an old pack.
+
+Every source is discovered and hashed as a build would. A document is taken from the old pack
+as it is -- text, structure, chunks and vectors, with no extraction and no embedding -- when
+its name, source size and SHA-256, extractor (library and logic version), the pipeline version
+and the model's SHA-256 all match, and the extraction limits would still admit it. Every
+other source is extracted and chunked afresh; documents no longer among the sources are
+dropped. For those re-chunked documents, a chunk whose embedded text the old pack already
+embedded with the same model gets that vector back instead of a new embedding.
+
+The result is written by the same pipeline as ``build`` (``build_from``), so it holds what a
+fresh build of the same sources holds; ``kbpack diff`` says so. One assumption: the chunking
+options (``--max-chars``, ``--overlap``) are those of the old pack, which does not record them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.build import BuildOptions, BuildReport, build_from
+from kbpack.chunk import embedded_text, header, section_path
+from kbpack.document import Document
+from kbpack.extract import Candidate, discover, extract_all
+from kbpack.extract.common import blank_document, file_identity
+from kbpack.pack import format as F
+from kbpack.pack.read import PackReader
+from kbpack.progress import Progress
+from kbpack.restore import PackContents
+
+
+def target_model_sha(opts: BuildOptions) -> str | None:
+    """SHA-256 of the model a build with ``opts`` embeds with (None: BM25-only, or a model
+    file that cannot be read -- the build itself then reports why)."""
+    if not opts.vectors:
+        return None
+    from kbpack.embed import default_model_path, sha256_file
+
+    path = opts.model if opts.model is not None else default_model_path()
+    if not Path(path).is_file():
+        return None
+    return sha256_file(Path(path))
+
+
+def pack_compatible(reader: PackReader, opts: BuildOptions, model_sha: str | None) -> bool:
+    """Whether the old pack's chunks and vectors are what this build would make: the same
+    pipeline, and the same model (or BM25-only on both sides)."""
+    if reader.root_attrs.get(F.R_PIPELINE_VERSION) != F.PIPELINE_VERSION:
+        return False
+    stamp = reader.model
+    if opts.vectors != (stamp is not None):
+        return False
+    return stamp is None or (model_sha is not None and stamp[F.M_SHA256] == model_sha)
+
+
+def reusable_row(contents: PackContents, candidate: Candidate, opts: BuildOptions) -> int | None:
+    """The old pack's row of ``candidate`` if that document can be reused unchanged."""
+    row = contents.row_of.get(candidate.name)
+    if row is None or candidate.kind is None:
+        return None
+    r = contents.r
+    if r.strings(F.DOC_STATUS)[row] != "ok":
+        return None  # failed before: try again, as a fresh build would
+    expected = blank_document(candidate.path, candidate.name, candidate.kind)
+    if (
+        r.strings(F.DOC_EXTRACTOR)[row] != expected.extractor
+        or int(r.column(F.DOC_EXTRACTOR_VERSION)[row]) != expected.extractor_version
+    ):
+        return None
+    try:
+        size, sha = file_identity(candidate.path)
+    except OSError:
+        return None  # extraction records why it cannot be read
+    if size > opts.limits.max_file_bytes:
+        return None
+    pages = int(contents.page_rows[row + 1] - contents.page_rows[row])
+    if pages > opts.limits.max_pages:
+        return None
+    if int(r.column(F.DOC_SOURCE_SIZE)[row]) != size or r.strings(F.DOC_SOURCE_SHA256)[row] != sha:
+        return None
+    return row
+
+
+class _Reuse:
+    """The hooks ``build_from`` calls: whole documents, and single vectors by embedded text."""
+
+    def __init__(self, contents: PackContents, dense: bool) -> None:
+        self.contents = contents
+        self.dense = dense
+        self.waiting: dict[str, tuple[Document, int]] = {}  # name -> (restored doc, old row)
+        self.by_text: dict[bytes, int] | None = None  # SHA-256 of embedded text -> old row
+        self.vectors_reused = 0
+
+    def restored(self, row: int, candidate: Candidate) -> Document:
+        doc = replace(self.contents.document(row), source_path=str(candidate.path))
+        self.waiting[doc.name] = (doc, row)
+        return doc
+
+    def document(self, doc: Document) -> tuple[list[Any], np.ndarray | None] | None:
+        entry = self.waiting.pop(doc.name, None)
+        if entry is None or entry[0] is not doc:
+            return None
+        row = entry[1]
+        return self.contents.chunks(row), self.contents.vectors(row)
+
+    def index_vectors(self, rows: Sequence[int]) -> None:
+        """Remember the vectors of the chunks of ``rows`` (old documents not reused whole)."""
+        self.by_text = {}
+        c = self.contents
+        for row in rows:
+            doc = c.document(row)
+            first, _ = c.chunk_range(row)
+            for k, ch in enumerate(c.chunks(row)):
+                h = header(doc.title, section_path(doc, ch.section))
+                text = embedded_text(h, doc.text[ch.start : ch.end])
+                self.by_text[hashlib.sha256(text.encode("utf-8")).digest()] = first + k
+
+    def vector(self, text: str) -> np.ndarray | None:
+        if not self.by_text:
+            return None
+        row = self.by_text.get(hashlib.sha256(text.encode("utf-8")).digest())
+        if row is None:
+            return None
+        self.vectors_reused += 1
+        return self.contents.vector(row)
+
+
+def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
+    """Write ``opts.out`` from ``opts.sources``, reusing what ``old`` already holds.
+
+    ``opts.out`` may be ``old`` itself: the new pack replaces it atomically at the end.
+    """
+    candidates, skipped = discover(opts.sources, opts.include, opts.exclude)
+    with PackReader(old) as reader:
+        contents = PackContents(reader)
+        model_sha = target_model_sha(opts)
+        hooks = _Reuse(contents, dense=reader.has_vectors)
+        rows: list[int | None] = [None] * len(candidates)
+        if pack_compatible(reader, opts, model_sha):
+            rows = [reusable_row(contents, c, opts) for c in candidates]
+            kept = {r for r in rows if r is not None}
+            ok = reader.strings(F.DOC_STATUS)
+            rest = [i for i in contents if i not in kept and ok[i] == "ok"]
+            if reader.has_vectors and rest:
+                hooks.index_vectors(rest)
+        documents = _documents(skipped, candidates, rows, hooks, opts)
+        return build_from(
+            documents,
+            len(candidates) + len(skipped),
+            opts,
+            progress,
+            reuse=hooks.document,
+            known_vectors=hooks.vector if hooks.by_text else None,
+        )
+
+
+def _documents(
+    skipped: list[Document],
+    candidates: list[Candidate],
+    rows: list[int | None],
+    hooks: _Reuse,
+    opts: BuildOptions,
+) -> Iterator[Document]:
+    """The documents in the order a fresh build yields them: skipped records first, then each
+    candidate either restored from the old pack or extracted (in the worker, streaming)."""
+    yield from skipped
+    fresh = extract_all(
+        [c for c, r in zip(candidates, rows, strict=True) if r is None], opts.limits
+    )
+    for candidate, row in zip(candidates, rows, strict=True):
+        yield next(fresh) if row is None else hooks.restored(row, candidate)
+    next(fresh, None)  # runs extract_all to its end, which stops the worker process
+
+
+__all__ = ["pack_compatible", "reusable_row", "target_model_sha", "update_pack"]
