@@ -83,6 +83,12 @@ class LazyGroup(click.Group):
         except KbpackError as e:
             raise CommandError(str(e), e.exit_code) from e
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 class CommandError(click.ClickException):
     """A library error as the CLI shows it: one line on stderr, the error's exit code."""
@@ -110,12 +116,6 @@ def _exit_with_return_value(command: click.Command) -> None:
 
     wrapper._kbpack_exit = True  # type: ignore[attr-defined]
     command.callback = wrapper
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
 
 
 def _available(name: str) -> bool:

@@ -56,7 +56,7 @@ def describe(path: Path) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--sizes", is_flag=True, help="Bytes per element.")
 @json_option
 def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
@@ -111,7 +111,7 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
 
 
 @click.command()
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--what",
     type=click.Choice(["chunks", "sections", "documents"]),

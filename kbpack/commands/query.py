@@ -21,7 +21,7 @@ PROMPT_INSTRUCTIONS = (
 
 # Queries may start with "-" ("-X importtime"): unknown options are taken as query text.
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("text", nargs=-1, type=click.UNPROCESSED)
 @click.option(
     "-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Results to return."
