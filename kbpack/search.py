@@ -108,6 +108,7 @@ class Searcher:
         self.embedder = embedder
         self.notes = list(notes)
         self._lookup: TermLookup | None = None
+        self._qcache: tuple[str, np.ndarray] | None = None
 
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -131,9 +132,15 @@ class Searcher:
         order = np.lexsort((ids, -scores))[:CANDIDATES]
         return ids[order], scores[order]
 
-    def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _query_vector(self, query: str) -> np.ndarray:
+        """The query's unit vector, embedded once per query string."""
         assert self.embedder is not None
-        q = self.embedder.embed([query])[0].astype(np.float32)
+        if self._qcache is None or self._qcache[0] != query:
+            self._qcache = (query, self.embedder.embed([query])[0].astype(np.float32))
+        return self._qcache[1]
+
+    def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        q = self._query_vector(query)
         vectors = self.r.vectors()
         sims = vectors @ q
         if mask is not None:
@@ -147,9 +154,7 @@ class Searcher:
 
     def dense_distances(self, query: str) -> np.ndarray:
         """Cosine distance of the query to every chunk (for calibration and tests)."""
-        assert self.embedder is not None
-        q = self.embedder.embed([query])[0].astype(np.float32)
-        return 1.0 - self.r.vectors() @ q
+        return 1.0 - self.r.vectors() @ self._query_vector(query)
 
     # -- filters -----------------------------------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
@@ -229,7 +234,7 @@ class Searcher:
         if self.embedder is not None and mode_used == "hybrid":
             missing = [c for c, _ in ordered[: k * 4] if c not in dist]
             if missing:
-                q = self.embedder.embed([query])[0].astype(np.float32)
+                q = self._query_vector(query)
                 vec = self.r.dataset(F.VEC_DATA)
                 for c in missing:
                     dist[c] = float(1.0 - np.dot(vec[c].astype(np.float32), q))
