@@ -300,3 +300,29 @@ def test_interrupt_leaves_old_pack_and_no_partial_file(
     assert proc.returncode == 130, err
     assert out.read_bytes() == b"old pack"
     assert not list(tmp_path.glob(".p.kbpack.tmp-*"))
+
+
+def test_sigkill_never_leaves_a_partial_pack_at_the_output_path(
+    model: Path, tmp_path: Path
+) -> None:
+    """kill -9 mid-build: the output path still holds the old pack, byte for byte."""
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(300):
+        (big / f"d{i:03}.md").write_text(
+            f"# Doc {i}\n\n" + ("Lorem ipsum dolor sit amet. " * 40 + "\n\n") * 5
+        )
+    out = tmp_path / "p.kbpack"
+    out.write_bytes(b"old pack")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbpack", "build", str(big), "-o", str(out), "--model", str(model)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob(".p.kbpack.tmp-*")):
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert out.read_bytes() == b"old pack"
