@@ -28,6 +28,8 @@ def describe(path: Path) -> dict[str, Any]:
                 sizes["/" + name] = int(obj.id.get_storage_size())
 
         r.h5.visititems(visit)
+        from kbpack.pack.migrate import staleness
+
         return {
             "path": str(path),
             "format_version": r.format_version,
@@ -52,6 +54,7 @@ def describe(path: Path) -> dict[str, Any]:
                 for n, s, why in zip(names, status, reasons, strict=True)
                 if s == "skipped"
             ],
+            "stale": staleness(r),
         }
 
 
@@ -107,6 +110,11 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
         click.echo(f"  failed   {f['name']} ({f['stage']}): {f['reason']}")
     for f in info["skipped"]:
         click.echo(f"  skipped  {f['name']}: {f['reason']}")
+    for st in info["stale"]:
+        n = len(st["documents"])
+        click.echo(
+            f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
+        )
     return 0
 
 
