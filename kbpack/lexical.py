@@ -18,10 +18,11 @@ Defaults k1 = 1.2, b = 0.75.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import unicodedata
 from array import array
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -271,6 +272,52 @@ def length_norms(
     return k1 * (1.0 - b + (b / avg) * dl)
 
 
+def _empty() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
+
+
+def _bounds(rows: list[int], indptr: Any) -> list[tuple[int, int]]:
+    if isinstance(indptr, np.ndarray):
+        r = np.asarray(rows, dtype=np.int64)
+        return list(zip(indptr[r].tolist(), indptr[r + 1].tolist(), strict=True))
+    return [tuple(int(x) for x in indptr[r : r + 2]) for r in rows]  # type: ignore[misc]
+
+
+def _term_scores(
+    lo: int, hi: int, chunk: Any, tf: Any, n: int, norms: np.ndarray, k1: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """One term's contribution to each chunk in its postings: (chunk ids, scores)."""
+    if hi <= lo:
+        return _empty()
+    ids = np.asarray(chunk[lo:hi]).astype(np.intp)
+    f = np.asarray(tf[lo:hi]).astype(np.float64)
+    df = hi - lo
+    weight = math.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
+    return ids, weight * f / (f + norms[ids])
+
+
+def _accumulate(
+    parts: list[tuple[np.ndarray, np.ndarray]], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sum per-term contributions per chunk; ids come back ascending."""
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return _empty()
+    if len(parts) == 1:
+        return parts[0]  # one term: ids are unique and ascending
+    if sum(len(p[0]) for p in parts) * 16 > n:
+        # Many postings: a dense accumulator is cheaper than sorting them.
+        acc = np.zeros(n, dtype=np.float64)
+        for ids, scores in parts:
+            acc[ids] += scores  # ids are unique within one term's postings
+        hit = np.flatnonzero(acc)
+        return hit, acc[hit]
+    all_ids = np.concatenate([p[0] for p in parts])
+    uniq, inverse = np.unique(all_ids, return_inverse=True)
+    weights = np.concatenate([p[1] for p in parts])
+    return uniq, np.bincount(inverse, weights=weights, minlength=len(uniq))
+
+
 def bm25_scores(
     query: str,
     lookup: TermLookup,
@@ -287,51 +334,79 @@ def bm25_scores(
 
     Returns ``(chunk ids ascending, float64 scores > 0)``. ``indptr``, ``chunk`` and ``tf`` may
     be numpy arrays or h5py datasets: only the slices of the query's terms are read. Passing
-    ``norms = length_norms(doc_len, k1, b)`` (same k1 and b) saves recomputing them per query.
+    ``norms = length_norms(doc_len, k1, b)`` (same k1 and b) saves recomputing them per query;
+    ``BM25Index`` also caches per-term work across queries.
     """
     n = len(doc_len)
     rows = [r for r in (lookup.find(t) for t in query_terms(query)) if r is not None]
     if not rows or n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return _empty()
     if norms is None:
-        avg = float(np.mean(doc_len, dtype=np.float64)) if avg_len is None else avg_len
-        if avg <= 0:  # every chunk is empty: nothing can match
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    ids, f, df = _gather(rows, indptr, chunk, tf)
-    if len(ids) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    weight = np.repeat(np.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0), df)
-    norm = norms[ids] if norms is not None else k1 * (1.0 - b + (b / avg) * doc_len[ids])
-    scores = weight * f / (f + norm)
-    if len(rows) == 1:
-        return ids.astype(np.int64), scores  # one term: ids are unique and ascending
-    if len(ids) * 16 > n:
-        # Many postings: a dense accumulator is cheaper than sorting them.
-        acc = np.bincount(ids, weights=scores, minlength=n)
-        hit = np.flatnonzero(acc)
-        return hit, acc[hit]
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    return uniq.astype(np.int64), np.bincount(inverse, weights=scores, minlength=len(uniq))
+        norms = length_norms(doc_len, k1, b, avg_len)
+    parts = [_term_scores(lo, hi, chunk, tf, n, norms, k1) for lo, hi in _bounds(rows, indptr)]
+    return _accumulate(parts, n)
 
 
-def _gather(
-    rows: list[int], indptr: Any, chunk: Any, tf: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Postings of ``rows``, concatenated: (chunk ids, tf as float64, df per row). Works the same
-    on numpy arrays and h5py datasets: only the query's slices are read."""
-    if isinstance(indptr, np.ndarray):
-        r = np.asarray(rows, dtype=np.int64)
-        lo, hi = indptr[r].tolist(), indptr[r + 1].tolist()
-    else:
-        bounds = [indptr[x : x + 2].tolist() for x in rows]
-        lo, hi = [int(a) for a, _ in bounds], [int(z) for _, z in bounds]
-    spans = [(a, z) for a, z in zip(lo, hi, strict=True) if z > a]
-    df = np.array([z - a for a, z in spans], dtype=np.int64)
-    if not spans:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), df
-    ids = np.concatenate([np.asarray(chunk[a:z]) for a, z in spans])
-    f = np.concatenate([np.asarray(tf[a:z]) for a, z in spans]).astype(np.float64)
-    return ids, f, df
+class BM25Index:
+    """A pack's BM25 postings ready for many queries (batch mode, the Python API).
+
+    Scores equal ``bm25_scores``. Per-chunk length norms are computed once, and each term's
+    contributions are kept in a least-recently-used cache bounded by ``cache_postings`` postings
+    (16 bytes each), so a term seen before costs no read and no arithmetic.
+    """
+
+    def __init__(
+        self,
+        lookup: TermLookup,
+        indptr: Any,
+        chunk: Any,
+        tf: Any,
+        doc_len: np.ndarray,
+        k1: float = K1,
+        b: float = B,
+        cache_postings: int = 4_000_000,
+    ) -> None:
+        self.lookup, self.indptr, self.chunk, self.tf = lookup, indptr, chunk, tf
+        self.n = len(doc_len)
+        self.k1 = k1
+        self.norms = length_norms(doc_len, k1, b)
+        self.cache_postings = cache_postings
+        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cached = 0
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(chunk ids ascending, scores > 0)``, as ``bm25_scores``."""
+        rows = [r for r in (self.lookup.find(t) for t in query_terms(query)) if r is not None]
+        if not rows or self.n == 0:
+            return _empty()
+        parts: list[tuple[np.ndarray, np.ndarray] | None] = [self._cache.get(r) for r in rows]
+        missing = [r for r, part in zip(rows, parts, strict=True) if part is None]
+        computed = dict(zip(missing, _bounds(missing, self.indptr), strict=True)) if missing else {}
+        out = []
+        for r, part in zip(rows, parts, strict=True):
+            if part is None:
+                lo, hi = computed[r]
+                part = _term_scores(lo, hi, self.chunk, self.tf, self.n, self.norms, self.k1)
+                for array_ in part:
+                    array_.flags.writeable = False  # shared with the cache: never edited
+                self._remember(r, part)
+            elif r in self._cache:  # (it may have been evicted by this very query)
+                self._cache.move_to_end(r)
+            out.append(part)
+        return _accumulate(out, self.n)
+
+    def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return top_k(*self.scores(query), k)
+
+    def _remember(self, row: int, part: tuple[np.ndarray, np.ndarray]) -> None:
+        size = len(part[0])
+        if size > self.cache_postings:
+            return
+        self._cache[row] = part
+        self._cached += size
+        while self._cached > self.cache_postings:
+            _, old = self._cache.popitem(last=False)
+            self._cached -= len(old[0])
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
