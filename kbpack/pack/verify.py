@@ -307,18 +307,22 @@ def _step_signature(
 
 
 def _classify_foreign_manifest(report: VerifyReport, result: dict[str, Any]) -> None:
-    """Bytes that match no element digest of the manifest are not damage: the header (and its
-    signature, if any) was copied from another pack."""
+    """Tell a header copied from another pack from damage: a bit flip changes one element,
+    while a foreign header disagrees with the root's creation stamp AND with other elements
+    (or the size), or with most element digests."""
     compared, mismatched = result["compared"], result["mismatched"]
-    if compared >= 4 and mismatched * 2 >= compared:
+    other = [k for k in result["mismatched_keys"] if k != "/@attrs"]
+    size_differs = any(f.code == "size-mismatch" for f in report.findings_by_step["bytes"])
+    stamp_differs = result["stamp_differs"] and (other or size_differs)
+    if stamp_differs or (compared >= 4 and mismatched * 2 >= compared):
         report.add(
             "signature",
             [
                 Finding(
                     "manifest-from-other-pack",
                     HEADER,
-                    f"{mismatched} of {compared} element digests differ: the header was "
-                    "copied from another pack and does not describe these bytes",
+                    f"the header was copied from another pack: its creation stamp and "
+                    f"{mismatched} of {compared} element digests do not match these bytes",
                 )
             ],
         )
@@ -369,7 +373,8 @@ def _examine(
         with h:
             ex.run(h, quick, out)
     out["stats"] = ex.stats
-    out["compared"], out["mismatched"] = ex.compared, ex.mismatched
+    out["compared"], out["mismatched"] = ex.compared, len(ex.mismatched_keys)
+    out["mismatched_keys"], out["stamp_differs"] = ex.mismatched_keys, ex.stamp_differs
     return out
 
 
@@ -387,7 +392,8 @@ class _Examiner:
         self.findings: list[dict[str, str]] = []
         self.stats: dict[str, int] = {}
         self.compared = 0
-        self.mismatched = 0
+        self.mismatched_keys: list[str] = []
+        self.stamp_differs = False  # manifest "created" differs from the root attribute
         self.readable: set[str] = set()  # elements safe to read
         self.num: dict[str, np.ndarray] = {}
         self.raw: dict[str, list[bytes]] = {}
@@ -462,7 +468,7 @@ class _Examiner:
             return
         self.compared += 1
         if want != actual:
-            self.mismatched += 1
+            self.mismatched_keys.append(key)
             what = "attributes" if key.endswith("@attrs") else "data"
             self.add(
                 "digest-mismatch",
@@ -586,6 +592,7 @@ class _Examiner:
         )
         for key, attr in pairs:
             if self.manifest[key] != root.get(attr):
+                self.stamp_differs = self.stamp_differs or key == "created"
                 self.add(
                     "manifest-mismatch",
                     HEADER,
