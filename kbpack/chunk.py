@@ -38,7 +38,6 @@ CountTokens = Callable[[str], int]
 SENTENCE, LINE, WORD, CHAR = 0, 1, 2, 3
 
 _FENCE_OPEN = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
-_TABLE_RULE = re.compile(r"\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*")
 # A sentence ends after terminal punctuation (and closing quotes/brackets) followed by
 # whitespace, or after CJK terminal punctuation; a new list item also starts a sentence.
 _SENTENCE_END = re.compile(
@@ -171,7 +170,7 @@ def _trim(text: str, s: int, e: int) -> tuple[int, int]:
 def _blocks(text: str, s: int, e: int) -> list[tuple[int, int, int]]:
     """Blocks of a segment as ``(start, end, first split level)``: paragraphs (runs of non-blank
     lines), fenced code blocks (blank lines included, to the closing fence or the segment's
-    end) and pipe tables. Offsets are trimmed of surrounding whitespace."""
+    end) and tables (paragraphs of 2+ lines that all hold a ``|``). Offsets are trimmed of surrounding whitespace."""
     blocks: list[tuple[int, int, int]] = []
     para: list[tuple[int, int]] = []  # trimmed (start, end) of each line of the open paragraph
     fence: tuple[str, int, int] | None = None  # (fence char, fence length, block start)
@@ -179,8 +178,8 @@ def _blocks(text: str, s: int, e: int) -> list[tuple[int, int, int]]:
     def flush_para() -> None:
         if para:
             lines = [text[a:b] for a, b in para]
+            # Markdown pipe tables, and tables as extractors write them ("a | b" per row).
             table = len(lines) > 1 and all("|" in ln for ln in lines)
-            table = table and any(_TABLE_RULE.fullmatch(ln) for ln in lines)
             blocks.append((para[0][0], para[-1][1], LINE if table else SENTENCE))
             para.clear()
 
@@ -246,7 +245,9 @@ class _Chunker:
             self.chars_limit = DEFAULT_MAX_CHARS
         self.max_chars = self.chars_limit  # in force for the current section
         self.specials = count("") if count is not None else 0
-        self.page_starts = [p.start for p in doc.pages]
+        pages = sorted(doc.pages, key=lambda p: p.start)
+        self.page_starts = [p.start for p in pages]
+        self.page_numbers = [p.number for p in pages]
         self.chunks: list[Chunk] = []
         self.problems: list[str] = []
         # Per section:
@@ -304,7 +305,7 @@ class _Chunker:
         page = None
         if self.page_starts:
             k = max(0, bisect.bisect_right(self.page_starts, s) - 1)
-            page = self.doc.pages[k].number
+            page = self.page_numbers[k]
         self.chunks.append(Chunk(self.section_idx, s, e, page, tokens or 0))
 
     # -- packing --------------------------------------------------------------------------

@@ -238,6 +238,11 @@ def test_tables_stay_whole_or_split_at_rows() -> None:
     for content in table_chunks:
         assert all(line.startswith("|") and line.endswith("|") for line in content.split("\n"))
     check_invariants(doc, split, 60)
+    # Tables as the HTML and DOCX extractors write them: "cell | cell" rows, no rule row.
+    plain = "\n".join(f"key {i}. Still key | value {i}. More value" for i in range(30))
+    doc = make_doc(plain)
+    for content in contents(doc, chunk_document(doc, count, ChunkConfig(window=60))):
+        assert set(content.split("\n")) <= set(plain.split("\n")), "cut inside a row"
 
 
 def test_empty_sections_and_heading_only_documents() -> None:
