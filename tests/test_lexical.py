@@ -223,6 +223,11 @@ def test_skipped_chunk_ids_are_empty_chunks() -> None:
     builder.add(3, "alpha beta")
     p = builder.finish(5)
     assert p.doc_len.tolist() == [1, 0, 0, 2, 0]
+    empty = PostingsBuilder().finish(3)
+    assert empty.terms == [] and empty.indptr.tolist() == [0] and empty.doc_len.tolist() == [0] * 3
+    lookup = TermLookup.from_terms(empty.terms)
+    ids, _ = bm25_scores("a", lookup, empty.indptr, empty.chunk, empty.tf, empty.doc_len)
+    assert ids.tolist() == [] and lookup.problems() == []
     with pytest.raises(ValueError, match="ascend"):
         b2 = PostingsBuilder()
         b2.add(1, "a")
