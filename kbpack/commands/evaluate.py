@@ -440,9 +440,11 @@ def render_calibration(
         flo, fhi = E.wilson(best.falsely_refused, best.questions)
         lines += [
             f"recommended threshold: {best.threshold:.3f}",
-            f"  bluffed        {best.bluffed}/{best.ood} = {best.bluff_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})",
-            f"  falsely refused {best.falsely_refused}/{best.questions} = {best.false_refusal_rate:.0%} (95% CI {flo:.0%}-{fhi:.0%})",
-            f"  answered correctly {best.answered_correctly}/{best.questions}",
+            f"  bluffed             {best.bluffed}/{best.ood} = {best.bluff_rate:.0%} "
+            f"(95% CI {lo:.0%}-{hi:.0%})",
+            f"  falsely refused     {best.falsely_refused}/{best.questions} = "
+            f"{best.false_refusal_rate:.0%} (95% CI {flo:.0%}-{fhi:.0%})",
+            f"  answered correctly  {best.answered_correctly}/{best.questions}",
             f"  rule: {report['rule']}",
         ]
     cur = report.get("current_threshold")
@@ -456,20 +458,24 @@ def render_calibration(
 
 
 def _rows_to_show(rows: Sequence[E.SweepRow], best: E.SweepRow | None) -> list[E.SweepRow]:
-    """Every 0.025 from where the first query is answered to where every query is, plus the
-    recommended row."""
-    changing = [r for r in rows if r.falsely_refused < r.questions or r.bluffed > 0]
-    if not changing:
-        return [best] if best else []
-    lo = changing[0].threshold - 0.025
-    full = next(
-        (r.threshold for r in rows if r.falsely_refused == 0 and r.bluffed == r.ood),
-        rows[-1].threshold,
+    """The first row, then every 0.025 from just before the counts first change to where
+    nothing is refused and every bluff that will happen has happened, plus the recommended row."""
+
+    def counts(r: E.SweepRow) -> tuple[int, int, int]:
+        return r.answered_correctly, r.falsely_refused, r.bluffed
+
+    first = rows[0]
+    moved = next((r.threshold for r in rows if counts(r) != counts(first)), first.threshold)
+    last = rows[-1]
+    done = next(
+        (r.threshold for r in rows if r.falsely_refused == 0 and r.bluffed == last.bluffed),
+        last.threshold,
     )
-    picked = [
+    picked = [first] + [
         r
-        for r in rows
-        if lo <= r.threshold <= full + 1e-9 and round(r.threshold / 0.025, 6).is_integer()
+        for r in rows[1:]
+        if moved - 0.025 <= r.threshold <= done + 1e-9
+        and round(r.threshold / 0.025, 6).is_integer()
     ]
     if best is not None and best not in picked:
         picked.append(best)
