@@ -95,7 +95,10 @@ class _Extractor(HTMLParser):
             self.in_title = True
         if tag in _VOID:
             if not self.skipping and tag == "br":
-                self.pieces.append("\n")
+                if self.tables and self.tables[-1].cell is not None:
+                    self.tables[-1].cell.append(" ")  # a row stays on one line
+                else:
+                    self.pieces.append("\n")
             elif not self.skipping and tag == "hr":
                 self._flush()
             return

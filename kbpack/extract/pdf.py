@@ -119,6 +119,14 @@ def _outline(reader: Any) -> tuple[list[tuple[int, str, int]], int]:
     return entries, dropped
 
 
+def _decrypt_without_password(reader: Any) -> int:
+    """Try the empty user password (owner-password-only PDFs open that way); 0 = not."""
+    try:
+        return int(reader.decrypt(""))
+    except Exception as e:  # an algorithm pypdf cannot handle
+        raise ExtractionError(f"encrypted PDF that pypdf cannot decrypt: {e}", "extract") from e
+
+
 def _title_position(text: str, title: str, start: int, end: int) -> int | None:
     """Where ``title`` first appears in ``text[start:end]``, whitespace- and case-insensitive."""
     words = title.split()
@@ -138,7 +146,7 @@ def extract_pdf(data: bytes, doc: Document, limits: Limits) -> Document:
     with _pypdf_messages() as log:
         try:
             reader = PdfReader(BytesIO(data), strict=False)
-            if reader.is_encrypted and reader.decrypt("") == 0:
+            if reader.is_encrypted and _decrypt_without_password(reader) == 0:
                 raise ExtractionError(
                     "encrypted PDF: a password is needed to read it; decrypt it first "
                     "(e.g. qpdf --decrypt) and build again",

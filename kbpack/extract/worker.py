@@ -187,6 +187,12 @@ def extract_all(
                 worker.send(candidates[i + 1], limits)
                 deadline = time.monotonic() + limits.timeout_s
             yield doc
+    except BaseException:
+        # Ctrl-C, an error, or a caller that stopped early: the current job is abandoned.
+        if worker is not None:
+            worker.kill()
+            worker = None
+        raise
     finally:
         if worker is not None:
             worker.stop()
