@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,39 @@ def test_abandoning_extract_all_stops_the_worker() -> None:
     assert len(_worker_children()) == 1
     documents.close()  # a caller that stops early (Ctrl-C, error) leaves no worker behind
     assert _worker_children() == []
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_a_worker_that_dies_costs_one_document(tmp_path: Path) -> None:
+    """SIGKILL the worker while it is deep in a document (as the kernel's OOM killer would):
+    that document is failed with stage 'crash', and a new worker extracts the next one."""
+    slow = _slow_pdf(tmp_path / "slow.pdf", 400_000)
+    fine = ROOT / "docs" / "pypdf" / "README.md"
+    killed: list[int] = []
+
+    def kill_when_busy() -> None:
+        for _ in range(1200):  # at most about two minutes
+            for pid in _worker_children():
+                # Start-up costs well under a CPU second; the slow PDF costs many.
+                if _cpu_seconds(pid) >= 1.5:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    candidates = [Candidate(slow, "slow.pdf", "pdf"), Candidate(fine, "README.md", "md")]
+    docs = list(extract_all(candidates, Limits(timeout_s=600)))
+    killer.join()
+    assert killed
+    assert (docs[0].status, docs[0].stage) == ("failed", "crash")
+    assert docs[0].reason == (
+        "the extractor process died (killed by SIGKILL); the file may be hostile"
+    )
+    assert docs[1].status == "ok" and docs[1].name == "README.md"
