@@ -300,3 +300,21 @@ def test_checker_fails_on_missing_duplicate_and_heading_needles(tmp_path: Path) 
         "q5-doc: needle is (part of) a heading in b.html",
         "q6-doc: needle occurs 0 times (nowhere)",
     ]
+
+
+def test_calibration_gate_matches_what_query_does(vector_pack: Path, tiny_model: Path) -> None:
+    """The sweep must predict the real refusal gate: for each query and threshold, search with
+    that threshold answers exactly when the gate model says so, with the same correctness."""
+    import kbpack
+    from kbpack.commands.evaluate import _gate
+
+    with kbpack.open(str(vector_pack), model=tiny_model) as p:
+        queries = [(q["query"], q["needle"]) for q in QUESTIONS] + [(o["query"], None) for o in OOD]
+        for query, needle in queries:
+            gate = _gate(p, query, needle, "hybrid")
+            for t in (0.0, 0.3, 0.6, 0.9, 1.2):
+                row = E.sweep([gate], [], [t], k=2)[0]
+                resp = p.search(query, k=2, mode="hybrid", max_distance=t)
+                assert resp.answered == (row.falsely_refused == 0), (query, t)
+                found = needle is not None and E.hit_rank([r.content for r in resp.results], needle)
+                assert bool(found) == (row.answered_correctly == 1), (query, t)
