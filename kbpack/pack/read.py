@@ -44,6 +44,7 @@ def hdf5_errors(where: str) -> Iterator[None]:
         ValueError,
         IndexError,
         AttributeError,
+        SystemError,  # h5py's lock can surface a crafted file's error this way (CVE-2024-32618)
     ) as e:
         first = (str(e).strip().splitlines() or [""])[0]
         raise PackError(f"{where}: HDF5 data cannot be read ({type(e).__name__}: {first})") from e
