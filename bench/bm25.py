@@ -9,7 +9,9 @@ bm25s's "lucene" method uses the same idf as kbpack; rank_bm25's BM25Okapi uses
 ln((N - df + 0.5) / (df + 0.5)) with a floor, so its top 10 can differ for that reason alone.
 
 Reported: index time, single-query latency p50/p95 (top 10), top-10 agreement with kbpack,
-and the ratio kbpack / bm25s (target <= 1.0).
+and the ratio kbpack / bm25s (target <= 1.0), for ``bm25_scores`` (reads only the query's
+postings: one query from a cold pack) and ``BM25Index`` (all contributions computed at load:
+many queries, as bm25s does at index time).
 
     python bench/bm25.py --chunks 100000
 """
@@ -129,9 +131,10 @@ def main() -> int:
         return top_k(ids, scores, K)[0].tolist()
 
     _, kb_times = timed(kb_query, queries)
+    t = time.perf_counter()
     index = BM25Index(lookup, p.indptr, p.chunk, p.tf, p.doc_len, K1, B)
-    _, cold_times = timed(lambda q: index.top(q, K), queries)  # each query once: cache filling
-    _, warm_times = timed(lambda q: index.top(q, K), queries)  # the same queries again
+    index_load = time.perf_counter() - t
+    _, index_times = timed(lambda q: index.top(q, K), queries)
     kb_full = [bm25_scores(q, lookup, p.indptr, p.chunk, p.tf, p.doc_len) for q in queries]
     report["kbpack"] = {
         "index_s_incl_tokenize": round(kb_index, 2),
@@ -140,13 +143,10 @@ def main() -> int:
         "p50_ms": round(1e3 * percentile(kb_times, 0.5), 3),
         "p95_ms": round(1e3 * percentile(kb_times, 0.95), 3),
     }
-    report["kbpack_BM25Index_first_pass"] = {
-        "p50_ms": round(1e3 * percentile(cold_times, 0.5), 3),
-        "p95_ms": round(1e3 * percentile(cold_times, 0.95), 3),
-    }
-    report["kbpack_BM25Index_repeat_pass"] = {
-        "p50_ms": round(1e3 * percentile(warm_times, 0.5), 3),
-        "p95_ms": round(1e3 * percentile(warm_times, 0.95), 3),
+    report["kbpack_BM25Index"] = {
+        "load_s": round(index_load, 3),
+        "p50_ms": round(1e3 * percentile(index_times, 0.5), 3),
+        "p95_ms": round(1e3 * percentile(index_times, 0.95), 3),
     }
 
     import bm25s
@@ -174,8 +174,8 @@ def main() -> int:
     }
     bm25s_p50 = report["bm25s"]["p50_ms"]
     report["ratio_p50_kbpack_over_bm25s"] = round(report["kbpack"]["p50_ms"] / bm25s_p50, 2)
-    report["ratio_p50_BM25Index_first_pass_over_bm25s"] = round(
-        report["kbpack_BM25Index_first_pass"]["p50_ms"] / bm25s_p50, 2
+    report["ratio_p50_BM25Index_over_bm25s"] = round(
+        report["kbpack_BM25Index"]["p50_ms"] / bm25s_p50, 2
     )
 
     if len(texts) <= args.rank_bm25_max:
@@ -208,8 +208,7 @@ def render(r: dict[str, Any]) -> str:
     ]
     for name in (
         "kbpack",
-        "kbpack_BM25Index_first_pass",
-        "kbpack_BM25Index_repeat_pass",
+        "kbpack_BM25Index",
         "bm25s",
         "rank_bm25",
     ):
@@ -217,14 +216,14 @@ def render(r: dict[str, Any]) -> str:
             continue
         s = r[name]
         index = s.get("index_s_incl_tokenize", s.get("index_s_plus_tokenize"))
-        built = f"index {index:7.2f} s" if index is not None else " " * 15
+        built = f"index {index:7.2f} s" if index is not None else f"load  {s['load_s']:7.2f} s"
         line = f"{name:29} {built}   query p50 {s['p50_ms']:8.3f} ms  p95 {s['p95_ms']:8.3f} ms"
         if "top10_agreement" in s:
             line += f"  top-10 agreement with kbpack {s['top10_agreement']:.3f}"
         out.append(line)
     out.append(
         f"ratio kbpack/bm25s (p50 query latency): bm25_scores {r['ratio_p50_kbpack_over_bm25s']}"
-        f", BM25Index first pass {r['ratio_p50_BM25Index_first_pass_over_bm25s']}"
+        f", BM25Index {r['ratio_p50_BM25Index_over_bm25s']}"
     )
     return "\n".join(out)
 

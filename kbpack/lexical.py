@@ -22,7 +22,7 @@ import math
 import re
 import unicodedata
 from array import array
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ K1 = 1.2
 B = 0.75
 MAX_TOKEN_CHARS = 64
 _STRIDE = 32  # TermLookup: one sampled term per 32
+_MEMO_TERMS = 100_000  # BM25Index: query terms remembered
 
 # Han (incl. extensions and compatibility ideographs), Hiragana, Katakana (without the middle
 # dot U+30FB), Hangul jamo and syllables. These scripts are written without spaces between
@@ -289,7 +290,7 @@ def _term_scores(
     """One term's contribution to each chunk in its postings: (chunk ids, scores)."""
     if hi <= lo:
         return _empty()
-    ids = np.asarray(chunk[lo:hi]).astype(np.intp)
+    ids = np.asarray(chunk[lo:hi])
     f = np.asarray(tf[lo:hi]).astype(np.float64)
     df = hi - lo
     weight = math.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
@@ -304,18 +305,20 @@ def _accumulate(
     if not parts:
         return _empty()
     if len(parts) == 1:
-        return parts[0]  # one term: ids are unique and ascending
-    if sum(len(p[0]) for p in parts) * 16 > n:
-        # Many postings: a dense accumulator is cheaper than sorting them.
+        return parts[0][0].astype(np.intp), parts[0][1].copy()  # one term: unique, ascending
+    if sum(len(p[0]) for p in parts) * 4 > n:
+        # Postings cover much of the collection: a dense accumulator beats sorting them.
         acc = np.zeros(n, dtype=np.float64)
         for ids, scores in parts:
-            acc[ids] += scores  # ids are unique within one term's postings
+            np.add.at(acc, ids, scores)
         hit = np.flatnonzero(acc)
         return hit, acc[hit]
-    all_ids = np.concatenate([p[0] for p in parts])
-    uniq, inverse = np.unique(all_ids, return_inverse=True)
+    ids = np.concatenate([p[0] for p in parts])
     weights = np.concatenate([p[1] for p in parts])
-    return uniq, np.bincount(inverse, weights=weights, minlength=len(uniq))
+    order = np.argsort(ids, kind="stable")
+    ids, weights = ids[order], weights[order]
+    first = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+    return ids[first].astype(np.intp), np.add.reduceat(weights, first)
 
 
 def bm25_scores(
@@ -334,8 +337,8 @@ def bm25_scores(
 
     Returns ``(chunk ids ascending, float64 scores > 0)``. ``indptr``, ``chunk`` and ``tf`` may
     be numpy arrays or h5py datasets: only the slices of the query's terms are read. Passing
-    ``norms = length_norms(doc_len, k1, b)`` (same k1 and b) saves recomputing them per query;
-    ``BM25Index`` also caches per-term work across queries.
+    ``norms = length_norms(doc_len, k1, b)`` (same k1 and b) saves recomputing them per query.
+    For many queries on one pack, ``BM25Index`` is faster.
     """
     n = len(doc_len)
     rows = [r for r in (lookup.find(t) for t in query_terms(query)) if r is not None]
@@ -348,11 +351,12 @@ def bm25_scores(
 
 
 class BM25Index:
-    """A pack's BM25 postings ready for many queries (batch mode, the Python API).
+    """A pack's BM25 postings held in memory for many queries (batch mode, the Python API).
 
-    Scores equal ``bm25_scores``. Per-chunk length norms are computed once, and each term's
-    contributions are kept in a least-recently-used cache bounded by ``cache_postings`` postings
-    (16 bytes each), so a term seen before costs no read and no arithmetic.
+    At construction every posting's contribution ``idf * tf * (k1 + 1) / (tf + norm)`` is
+    computed once from the stored raw counts (12 bytes per posting in memory: an int32 chunk id
+    and a float64 score), so a query only sums slices, as engines with baked scores do. Scores
+    equal ``bm25_scores``, which reads only the query's postings and suits a single query.
     """
 
     def __init__(
@@ -364,49 +368,38 @@ class BM25Index:
         doc_len: np.ndarray,
         k1: float = K1,
         b: float = B,
-        cache_postings: int = 4_000_000,
     ) -> None:
-        self.lookup, self.indptr, self.chunk, self.tf = lookup, indptr, chunk, tf
+        self.lookup = lookup
         self.n = len(doc_len)
-        self.k1 = k1
-        self.norms = length_norms(doc_len, k1, b)
-        self.cache_postings = cache_postings
-        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._cached = 0
+        self.indptr = np.asarray(indptr[:], dtype=np.int64)
+        self.chunk = np.asarray(chunk[:], dtype=np.int32)
+        df = np.diff(self.indptr)
+        weight = np.log1p((self.n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
+        f = np.asarray(tf[:], dtype=np.float64)
+        norms = length_norms(doc_len, k1, b)
+        self.contrib = np.repeat(weight, df) * f / (f + norms[self.chunk])
+        self._rows: dict[str, int | None] = {}
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """``(chunk ids ascending, scores > 0)``, as ``bm25_scores``."""
-        rows = [r for r in (self.lookup.find(t) for t in query_terms(query)) if r is not None]
+        rows = [r for r in map(self._row, query_terms(query)) if r is not None]
         if not rows or self.n == 0:
             return _empty()
-        parts: list[tuple[np.ndarray, np.ndarray] | None] = [self._cache.get(r) for r in rows]
-        missing = [r for r, part in zip(rows, parts, strict=True) if part is None]
-        computed = dict(zip(missing, _bounds(missing, self.indptr), strict=True)) if missing else {}
-        out = []
-        for r, part in zip(rows, parts, strict=True):
-            if part is None:
-                lo, hi = computed[r]
-                part = _term_scores(lo, hi, self.chunk, self.tf, self.n, self.norms, self.k1)
-                for array_ in part:
-                    array_.flags.writeable = False  # shared with the cache: never edited
-                self._remember(r, part)
-            elif r in self._cache:  # (it may have been evicted by this very query)
-                self._cache.move_to_end(r)
-            out.append(part)
-        return _accumulate(out, self.n)
+        parts = [(self.chunk[lo:hi], self.contrib[lo:hi]) for lo, hi in _bounds(rows, self.indptr)]
+        return _accumulate(parts, self.n)
 
     def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_k(*self.scores(query), k)
 
-    def _remember(self, row: int, part: tuple[np.ndarray, np.ndarray]) -> None:
-        size = len(part[0])
-        if size > self.cache_postings:
-            return
-        self._cache[row] = part
-        self._cached += size
-        while self._cached > self.cache_postings:
-            _, old = self._cache.popitem(last=False)
-            self._cached -= len(old[0])
+    def _row(self, term: str) -> int | None:
+        """``lookup.find`` memoised: query words repeat across queries."""
+        try:
+            return self._rows[term]
+        except KeyError:
+            if len(self._rows) >= _MEMO_TERMS:
+                self._rows.clear()
+            row = self._rows[term] = self.lookup.find(term)
+            return row
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
