@@ -44,6 +44,7 @@ _BLOCKS = {
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _SPACES = re.compile(r"[ \t\n\r\f\v]+")
+_RUNS = re.compile(r" {2,}")
 
 
 def declared_charset(data: bytes) -> str | None:
@@ -172,7 +173,8 @@ class _Extractor(HTMLParser):
         self.pieces = []
         if self.pre:
             return text
-        return "\n".join(line.strip() for line in text.split("\n"))
+        # Pieces were collapsed one by one; "a " + " b" still needs one more pass.
+        return "\n".join(_RUNS.sub(" ", line).strip(" ") for line in text.split("\n"))
 
     def _flush(self) -> None:
         """End the current block of inline text."""

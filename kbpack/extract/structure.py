@@ -69,7 +69,7 @@ def build_sections(text_length: int, title: str, headings: list[Heading]) -> lis
 
     A section spans from its heading to the next heading of the same or a higher level (or
     the end of the text); its parent is the nearest open heading of a lower level, else the
-    root. Headings must be sorted by ``start``; levels are clamped to 1..9.
+    root. Headings are ordered by ``start`` here (stably); levels are clamped to 1..9.
     """
     ordered = sorted(headings, key=lambda h: h.start)  # stable: equal starts keep their order
     levels = [min(max(h.level, 1), MAX_LEVEL) for h in ordered]
