@@ -29,8 +29,8 @@ __all__ = ["Embedder", "ModelIdentity", "default_model_path", "sha256_file"]
 # Tokens per llama_decode call. Attention inside one batch is computed across all its tokens
 # (masked per sequence), so larger batches cost more than they save; see bench/embed.py.
 BATCH_TOKENS = 512
-# A foreign GGUF may declare a 32k+ context; its window is capped so the buffers stay small.
-MAX_WINDOW = 8192
+# Flash attention: measured in bench/embed.py on this CPU build.
+FLASH_ATTENTION = True
 
 _llama_errors: deque[str] = deque(maxlen=4)
 _log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
@@ -61,18 +61,18 @@ class Embedder:
         self.identity: ModelIdentity = identify_gguf(path)  # validates the header first
         meta = read_gguf_metadata(path)
         positions = int(meta[K.CONTEXT_LENGTH.format(arch=self.identity.architecture)])
-        self.window: int = min(self.identity.window, MAX_WINDOW)
-        if self.window != self.identity.window:
-            self.identity = _replace(self.identity, window=self.window)
+        self.window: int = self.identity.window
         self.dims: int = self.identity.dims
         self.truncated: int = 0
         self.threads = threads or available_threads()
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
         self._n_ctx = min(positions, max(self.window, BATCH_TOKENS))
+        self._batch_tokens = min(BATCH_TOKENS, self._n_ctx)
         self._llm = _load(path, self._n_ctx, self.threads)
         n_embd = int(self._llm.n_embd())
         if n_embd != self.dims:
             raise ModelError(f"{path}: llama.cpp reports {n_embd} dims, the header {self.dims}")
+        self._max_sequences = int(self._llm.context_params.n_seq_max)
         _check_special_tokens(path, self._llm)  # before the first tokenize() call
         self._prefix, self._suffix = self._special_layout()
 
@@ -110,14 +110,17 @@ class Embedder:
             if len(tokens) > self.window:
                 self.truncated += 1
                 tokens = self.fit(tokens)
-            tokenized.append(tokens)
+            tokenized.append(tokens or self._empty_input())
         # Similar lengths together: batches fill evenly and attention wastes less.
         order = sorted(range(len(texts)), key=lambda i: len(tokenized[i]))
         batch: list[int] = []
         used = 0
         for i in order:
             n = len(tokenized[i])
-            if batch and used + n > self._n_ctx:
+            # A text longer than the batch budget (but <= window <= n_ctx) goes alone; the
+            # sequence cap keeps seq ids under llama.cpp's n_seq_max (many empty texts).
+            full = used + n > self._batch_tokens or len(batch) >= self._max_sequences
+            if batch and full:
                 self._decode(batch, tokenized, out)
                 batch, used = [], 0
             batch.append(i)
@@ -133,6 +136,10 @@ class Embedder:
         import llama_cpp
 
         llm = self._llm
+        sizes = [len(tokenized[i]) for i in batch]
+        # The last guard before C code that aborts the process instead of raising.
+        if sum(sizes) > self._n_ctx or max(sizes) > self.window or len(batch) > self._max_sequences:
+            raise ModelError(f"{self.path}: internal error: batch {sizes} exceeds {self._n_ctx}")
         llm._batch.reset()
         for seq, i in enumerate(batch):
             llm._batch.add_sequence(tokenized[i], seq, True)
@@ -151,6 +158,17 @@ class Embedder:
             if not ptr:
                 raise ModelError(f"{self.path}: llama.cpp returned no pooled embedding")
             out[i] = np.ctypeslib.as_array(ptr, shape=(self.dims,))
+
+    def _empty_input(self) -> list[int]:
+        """Tokens for an empty text on a model that adds no special tokens (llama.cpp cannot
+        pool zero tokens): its end-of-sequence token, as such models mark a text's end."""
+        import llama_cpp as L
+
+        vocab = L.llama_model_get_vocab(self._llm._model.model)
+        for token in (L.llama_vocab_eos(vocab), L.llama_vocab_bos(vocab)):
+            if 0 <= token < L.llama_vocab_n_tokens(vocab):
+                return [int(token)]
+        raise ModelError(f"{self.path}: cannot embed an empty text: the model has no EOS or BOS")
 
     def _special_layout(self) -> tuple[int, int]:
         """How many special tokens the model adds before and after the text."""
@@ -182,7 +200,7 @@ def _load(path: Path, n_ctx: int, threads: int) -> Any:
             n_ubatch=n_ctx,  # non-causal models need a whole batch in one ubatch
             n_threads=threads,
             n_threads_batch=threads,
-            flash_attn=True,
+            flash_attn=FLASH_ATTENTION,
             verbose=False,
         )
     except (ValueError, RuntimeError, OSError) as e:
@@ -229,9 +247,3 @@ def _silence(llama_cpp: Any) -> None:
 
 def _last_error() -> str:
     return "; ".join(line for line in _llama_errors if line)
-
-
-def _replace(identity: ModelIdentity, **changes: Any) -> ModelIdentity:
-    from dataclasses import replace
-
-    return replace(identity, **changes)

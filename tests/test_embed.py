@@ -135,3 +135,28 @@ def test_gguf_without_bos_token_is_refused_not_aborted(tiny_model: Path, tmp_pat
     assert child.returncode == 1, child.stderr[-500:]
     assert "ModelError" in child.stderr
     assert "tokenizer.ggml.bos_token_id is missing or invalid" in child.stderr
+
+
+def test_many_tiny_texts_on_a_long_context_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a 1024-token batch, 700 two-token texts fit one batch's token budget but exceed
+    # llama.cpp's limit of 256 sequences per batch: they must be split, not rejected.
+    import kbpack.embed
+    from tiny_gguf import build_tiny_gguf, rewrite_gguf
+
+    monkeypatch.setattr(kbpack.embed, "BATCH_TOKENS", 1024)
+    model = build_tiny_gguf(tmp_path / "long.gguf", positions=1024, window=None)
+    e = Embedder(model, threads=1)
+    assert e.window == 1024
+    v = e.embed([""] * 700 + ["a " * 1500])
+    assert v.shape == (701, 32) and e.truncated == 1
+    np.testing.assert_allclose(v[:700], np.repeat(v[:1], 700, axis=0), atol=1e-5)
+    # Without kbpack's key, the window is the context length, capped at MAX_WINDOW.
+    huge = rewrite_gguf(
+        model,
+        tmp_path / "huge.gguf",
+        drop={"kbpack.token_window"},
+        set_uint32={"bert.context_length": 32768},
+    )
+    assert identify_gguf(huge).window == 8192

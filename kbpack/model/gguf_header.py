@@ -34,6 +34,7 @@ _SCALARS = {
     12: "<d",
 }
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 
 
 class ArrayInfo:
@@ -109,16 +110,25 @@ class _Reader:
                 if self.f.tell() > self.size:
                     raise ModelError(f"{self.path}: GGUF array is truncated; the file is damaged")
             elif etype == _STRING:
-                for _ in range(n):
-                    length = self._checked_length()  # reads the length: tell() moves
-                    self.f.seek(self.f.tell() + length)
+                self._skip_strings(n)
             else:
                 raise ModelError(f"{self.path}: GGUF array of type {etype}; the file is damaged")
             return ArrayInfo(etype, n)
         raise ModelError(f"{self.path}: GGUF value type {vtype} is unknown; the file is damaged")
 
-    def _checked_length(self) -> int:
-        n: int = self.scalar("<Q")
-        if self.f.tell() + n > self.size:
-            raise ModelError(f"{self.path}: GGUF string is truncated; the file is damaged")
-        return n
+    def _skip_strings(self, n: int) -> None:
+        """Skip ``n`` length-prefixed strings. The lengths are walked in 1 MiB blocks: one
+        seek + read per string made a 30k-token vocabulary cost ~0.2 s per parse."""
+        pos = self.f.tell()
+        buf, base = b"", pos  # base: the file offset of buf[0]
+        for _ in range(n):
+            if pos + 8 > self.size:
+                raise ModelError(f"{self.path}: GGUF header is truncated; the file is damaged")
+            if pos + 8 > base + len(buf):
+                self.f.seek(pos)
+                buf, base = self.f.read(1 << 20), pos
+            (length,) = _U64.unpack_from(buf, pos - base)
+            pos += 8 + length
+            if pos > self.size:
+                raise ModelError(f"{self.path}: GGUF string is truncated; the file is damaged")
+        self.f.seek(pos)

@@ -18,6 +18,9 @@ from kbpack.model import keys as K
 from kbpack.model.gguf_header import read_gguf_metadata
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# A GGUF without kbpack's window key gets its context length as window, capped: a 32k-token
+# input would need a 32k x 32k attention matrix per head in one llama.cpp batch.
+MAX_WINDOW = 8192
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def identify_gguf(path: Path, *, sha256: str | None = None) -> ModelIdentity:
             f"{path}: pooling {pooling!r} ({K.POOLING_TYPE.format(arch=arch)}) gives no sentence "
             "embedding; use an embedding model with mean, cls or last pooling"
         )
-    window = meta.get(K.KBPACK_WINDOW, positions)
+    window = meta.get(K.KBPACK_WINDOW, min(positions, MAX_WINDOW))
     if not isinstance(window, int) or not 2 < window <= positions:
         raise ModelError(f"{path}: {K.KBPACK_WINDOW} {window!r} must be in 3..{positions}")
     name = meta.get(K.NAME)
