@@ -1,0 +1,125 @@
+"""Cold query: the time of a whole ``kbpack query`` process, and pack open time vs pack size.
+
+Cold here means a new process each time (imports, pack open, model load, first query); the OS
+page cache stays warm (dropping it needs root and would disturb everyone sharing the machine).
+Timed interleaved, ``--repeat`` times each, medians:
+
+* ``kbpack query PACK TEXT --json`` (hybrid, the default) and ``--mode bm25`` (no model);
+* the floors: ``python -c pass``, ``python -c "import kbpack.cli"``, and a bare script that
+  does only what any llama.cpp + h5py tool must: import llama_cpp, load the same GGUF with the
+  same context and threads, embed the query, read the float16 vectors with h5py and take the
+  top 5 of a float32 matmul. Ratio kbpack / bare floor.
+
+Pack open: ``PackReader(path)`` (header, size check, structure allowlist; no data read) in
+this process and in a fresh one, for the fixtures pack and every synthetic pack in
+out/bench/ (bench/synth.py, bench/scale.py), target < 0.5 s at 1M chunks.
+
+    python bench/cold_query.py
+    python bench/cold_query.py --repeat 3 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from scale import open_times  # noqa: E402
+from size import ensure  # noqa: E402
+
+FIXTURES_PACK = ROOT / "out" / "fixtures.kbpack"
+QUERY = "How do I add a table to a document?"
+
+_BARE = """
+import sys, os
+import numpy as np, h5py, llama_cpp
+from kbpack.embed import default_model_path
+path, query = sys.argv[1], sys.argv[2]
+threads = len(os.sched_getaffinity(0))
+llm = llama_cpp.Llama(model_path=str(default_model_path()), embedding=True, n_ctx=512,
+    n_batch=512, n_ubatch=512, n_threads=threads, n_threads_batch=threads, flash_attn=True,
+    verbose=False)
+q = np.asarray(llm.embed(query, normalize=True), dtype=np.float32)
+with h5py.File(path, "r", locking=False) as h:
+    v = h["/vectors/data"][()].astype(np.float32)
+print(np.argsort(-(v @ q))[:5])
+"""
+
+
+def process_time(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if done.returncode not in (0, 3):  # 3: the query was refused (still a complete answer)
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
+    return wall
+
+
+def cold(pack: Path, repeat: int) -> dict[str, Any]:
+    kbpack = str(Path(sys.executable).with_name("kbpack"))
+    commands = {
+        "python_pass": [sys.executable, "-c", "pass"],
+        "import_kbpack_cli": [sys.executable, "-c", "import kbpack.cli"],
+        "bare_floor": [sys.executable, "-c", _BARE, str(pack), QUERY],
+        "kbpack_query_hybrid": [kbpack, "query", str(pack), QUERY, "--json"],
+        "kbpack_query_bm25": [kbpack, "query", str(pack), QUERY, "--mode", "bm25", "--json"],
+    }
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    names = list(commands)
+    for rep in range(repeat):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(process_time(commands[name]))
+    med = {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
+    return {
+        "pack": str(pack.relative_to(ROOT)),
+        "pack_bytes": pack.stat().st_size,
+        "median_ms": med,
+        "ratio_hybrid_over_bare": round(med["kbpack_query_hybrid"] / med["bare_floor"], 3),
+        "threads": len(os.sched_getaffinity(0)),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--pack", type=Path, default=FIXTURES_PACK)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    pack = ensure(args.pack.resolve())
+    report: dict[str, Any] = {"cold": cold(pack, args.repeat), "open": []}
+    synth = sorted((ROOT / "out" / "bench").glob("synth-*.kbpack"), key=lambda p: p.stat().st_size)
+    for path in [pack, *synth]:
+        report["open"].append(
+            {"pack": path.name, "bytes": path.stat().st_size} | open_times(path, args.repeat)
+        )
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    c = report["cold"]
+    print(f"cold process times, {c['pack']} ({c['pack_bytes'] / 1e6:.2f} MB), median ms:")
+    for k, v in c["median_ms"].items():
+        print(f"  {k:22} {v:8.1f}")
+    print(f"  kbpack hybrid / bare floor = {c['ratio_hybrid_over_bare']}")
+    print("pack open, median ms:")
+    print(f"  {'pack':28} {'MB':>9} {'in-process':>10} {'fresh process':>13}")
+    for r in report["open"]:
+        print(
+            f"  {r['pack']:28} {r['bytes'] / 1e6:>9.1f} {r['open_ms']:>10.1f} "
+            f"{r['open_fresh_process_ms']:>13.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

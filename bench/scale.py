@@ -1,0 +1,229 @@
+"""Scale: build, open and query packs of 10k, 100k and 1M chunks (384-dim vectors).
+
+Each pack is built by ``bench/synth.py pack`` in its own process (so its peak RSS is the
+build's alone): realistic synthetic documents, kbpack's chunker, BM25 postings and PackWriter,
+with random unit vectors in place of embeddings (embedding 1M chunks on 2 cores would take
+hours; its speed is bench/embed.py's subject). The pack is stamped with the default model, so
+queries are embedded by the real all-MiniLM-L6-v2.
+
+Reported per size: build time per stage and peak RSS (target < 4 GB at 1M), pack bytes, open
+time in-process and in a fresh process (target < 0.5 s at 1M), the one-off cost of loading
+vectors for the first dense query, and per-query latency by stage (median over the evaluation
+questions): query embedding, BM25 (``Searcher._bm25``, the real path over h5py datasets),
+dense scan (``Searcher._dense`` with the query vector replayed), the whole ``search()`` minus
+embedding, and ``Pack.search`` end to end with the real model. Up to ``--bm25s-max`` chunks,
+bm25s (method "lucene", same k1/b, kbpack's tokens, top 100 like kbpack's candidate list)
+indexes the same chunk contents and is timed interleaved with kbpack (target ratio <= 1.0).
+
+    python bench/scale.py                         # reuses out/bench/synth-N.kbpack if present
+    python bench/scale.py --sizes 10000 100000 --rebuild --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from dense import OUT, SYNTH_PACK, ReplayedQueries, questions  # noqa: E402
+
+from kbpack.pack.read import PackReader  # noqa: E402
+from kbpack.search import CANDIDATES, Searcher  # noqa: E402
+
+_OPEN_CHILD = """
+import sys, time
+t = time.perf_counter()
+from kbpack.pack.read import PackReader
+t1 = time.perf_counter()
+r = PackReader(sys.argv[1])
+t2 = time.perf_counter()
+r.close()
+print(t1 - t, t2 - t1)
+"""
+
+
+def build(n: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
+    path = OUT / f"synth-{n}.kbpack"
+    meta = path.with_suffix(".json")
+    if rebuild or not (path.exists() and meta.exists()):
+        print(f"building {path.name}...", file=sys.stderr)
+        OUT.mkdir(parents=True, exist_ok=True)
+        out = subprocess.run(
+            [*SYNTH_PACK, str(n), "-o", str(path), "--json"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        meta.write_text(out)
+    return path, json.loads(meta.read_text())
+
+
+def median_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 3)
+
+
+def open_times(path: Path, repeat: int) -> dict[str, float]:
+    warm = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        PackReader(path).close()
+        warm.append(time.perf_counter() - t)
+    fresh, imports = [], []
+    for _ in range(max(3, repeat // 2)):
+        out = subprocess.run(
+            [sys.executable, "-c", _OPEN_CHILD, str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout.split()
+        imports.append(float(out[0]))
+        fresh.append(float(out[1]))
+    return {
+        "open_ms": median_ms(warm),
+        "open_fresh_process_ms": median_ms(fresh),
+        "import_reader_ms": median_ms(imports),
+    }
+
+
+def chunk_tokens(reader: PackReader) -> list[list[str]]:
+    from kbpack.lexical import tokenize
+
+    return [tokenize(reader.chunk_content(i)) for i in range(reader.counts["chunks"])]
+
+
+def latencies(path: Path, texts: list[str], repeat: int, with_bm25s: bool) -> dict[str, Any]:
+    import kbpack
+    from kbpack.lexical import tokenize
+
+    out: dict[str, Any] = {}
+    with kbpack.open(path) as pack:
+        t = time.perf_counter()
+        embedder = pack.embedder  # resolves and loads the default model (hash checked)
+        out["model_load_ms"] = round((time.perf_counter() - t) * 1000, 1)
+        if embedder is None:
+            raise SystemExit(f"{path}: the default model does not match the pack's stamp")
+        qv = embedder.embed(texts)
+        replay = Searcher(pack.reader, ReplayedQueries(texts, qv))
+        t = time.perf_counter()
+        pack.reader.vectors()
+        out["first_dense_vectors_load_ms"] = round((time.perf_counter() - t) * 1000, 1)
+        stages: dict[str, Callable[[int], Any]] = {
+            "embed": lambda i: embedder.embed([texts[i]]),
+            "bm25": lambda i: replay._bm25(texts[i], None),
+            "dense_scan": lambda i: replay._dense(texts[i], None),
+            "search_minus_embed": lambda i: replay.search(texts[i], k=5),
+            "end_to_end": lambda i: pack.search(texts[i], k=5),
+        }
+        if with_bm25s:
+            import bm25s
+
+            t = time.perf_counter()
+            tokens = chunk_tokens(pack.reader)
+            retriever = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+            retriever.index(tokens, show_progress=False)
+            out["bm25s_index_s_incl_tokenize"] = round(time.perf_counter() - t, 2)
+            vocab = retriever.vocab_dict
+            k = min(CANDIDATES, len(tokens))
+            del tokens
+
+            def bm25s_top(i: int) -> Any:
+                # From the user's text, like kbpack: tokenizing the query is timed too.
+                known = [w for w in dict.fromkeys(tokenize(texts[i])) if w in vocab]
+                if not known:
+                    return None
+                return retriever.retrieve([known], k=k, show_progress=False, n_threads=0)
+
+            stages["bm25s"] = bm25s_top
+        times: dict[str, list[float]] = {name: [] for name in stages}
+        names = list(stages)
+        for rep in range(repeat):
+            for i in range(len(texts)):
+                shift = (i + rep) % len(names)
+                for name in names[shift:] + names[:shift]:
+                    t = time.perf_counter()
+                    stages[name](i)
+                    times[name].append(time.perf_counter() - t)
+    out["median_ms"] = {name: median_ms(v) for name, v in times.items()}
+    out["p95_ms"] = {
+        name: round(sorted(v)[int(0.95 * (len(v) - 1))] * 1000, 3) for name, v in times.items()
+    }
+    if with_bm25s:
+        out["bm25_ratio_vs_bm25s"] = round(out["median_ms"]["bm25"] / out["median_ms"]["bm25s"], 3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bm25s-max", type=int, default=100_000)
+    ap.add_argument("--rebuild", action="store_true", help="build even when a pack exists")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    texts = questions(args.queries)
+    rows = []
+    for n in args.sizes:
+        path, figures = build(n, args.rebuild)
+        row: dict[str, Any] = {"chunks": n, "build": figures}
+        row |= open_times(path, 7)
+        row |= latencies(path, texts, args.repeat, n <= args.bm25s_max)
+        rows.append(row)
+        print(f"{n} done", file=sys.stderr)
+    report = {"queries": len(texts), "repeat": args.repeat, "rows": rows}
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(render(report))
+    return 0
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = ["build (synthetic vectors; chunk + BM25 + write)"]
+    lines.append(
+        f"{'chunks':>9} {'docs':>7} {'terms':>9} {'pack MB':>8} {'build s':>8} "
+        f"{'peak RSS MB':>11}  stages s"
+    )
+    for r in report["rows"]:
+        b = r["build"]
+        stages = " ".join(f"{k} {v}" for k, v in b["seconds"].items())
+        lines.append(
+            f"{r['chunks']:>9} {b['documents']:>7} {b['terms']:>9} {b['bytes'] / 1e6:>8.1f} "
+            f"{b['total_s']:>8.1f} {b['peak_rss_mb']:>11.0f}  {stages}"
+        )
+    lines.append("")
+    lines.append("open and first query")
+    lines.append(
+        f"{'chunks':>9} {'open ms':>8} {'fresh proc ms':>13} {'model load ms':>13} "
+        f"{'vectors load ms':>15}"
+    )
+    for r in report["rows"]:
+        lines.append(
+            f"{r['chunks']:>9} {r['open_ms']:>8.1f} {r['open_fresh_process_ms']:>13.1f} "
+            f"{r['model_load_ms']:>13.1f} {r['first_dense_vectors_load_ms']:>15.1f}"
+        )
+    lines.append("")
+    names = ["embed", "bm25", "bm25s", "dense_scan", "search_minus_embed", "end_to_end"]
+    lines.append(f"query latency, median ms ({report['queries']} queries x {report['repeat']})")
+    lines.append(f"{'chunks':>9} " + " ".join(f"{n:>18}" for n in names) + f" {'bm25/bm25s':>10}")
+    for r in report["rows"]:
+        m = r["median_ms"]
+        cells = " ".join(f"{m[n]:>18.2f}" if n in m else f"{'-':>18}" for n in names)
+        ratio = r.get("bm25_ratio_vs_bm25s", "-")
+        lines.append(f"{r['chunks']:>9} {cells} {ratio:>10}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
