@@ -1,11 +1,13 @@
 """Query a pack: BM25 top-N and dense top-N, fused by weighted reciprocal rank fusion, gated by a
 refusal threshold, returned as citations.
 
-Fusion rule (README "Retrieval"): RRF with k = 60 over the dense and BM25 candidate lists.
-The dense list always has weight 1. The lexical list has weight 1 when the query carries a
-*code-like* term (underscore, digit, inner capital, or a leading ``-``/``%``/``.``), and
-``LEXICAL_WEIGHT_PLAIN`` otherwise: BM25 is trusted where exact tokens matter and kept as a
-tie-breaker where the query is a paraphrase.
+Fusion rule (README "Query"; chosen on the development evaluation, bench/fusion.py): weighted
+reciprocal rank fusion with k = 60. The dense list (top 100) always has weight 1. When the
+query carries a *code-like* term (an underscore, a digit, an all-capitals word such as
+SIGKILL, or a leading ``-``/``%``/``.``/``#``/``$``/``@``) the BM25 top 100 joins with weight 1:
+exact tokens decide. Otherwise only the BM25 top ``LEXICAL_DEPTH_PLAIN`` join, with weight
+``LEXICAL_WEIGHT_PLAIN``: on paraphrased questions BM25's ranking is mostly noise, and a full
+list at any weight reorders the dense top ranks (RRF gaps between adjacent ranks are tiny).
 
 Refusal gate: a result is good enough when its cosine distance is at most the threshold; in
 hybrid mode a chunk whose text holds every code-like query term is good enough whatever its
@@ -23,16 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.lexical import TermLookup, bm25_scores, tokenize
+from kbpack.lexical import TermLookup, bm25_scores, length_norms, tokenize
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
 RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
-LEXICAL_WEIGHT_PLAIN = 0.5
+LEXICAL_WEIGHT_PLAIN = 0.25
+LEXICAL_DEPTH_PLAIN = 3
 MODES = ("hybrid", "dense", "bm25")
 
-_CODE_LIKE = re.compile(r"(^[-%.#$@]\S)|_|\d|[a-z][A-Z]|^[A-Z]{2,}")
+# An inner capital (PostgreSQL, GitHub) is not code-like: names like these are ordinary words
+# in questions and made the gate answer out-of-domain queries (measured by kbpack calibrate).
+_CODE_LIKE = re.compile(r"(^[-%.#$@]\S)|_|\d|^[A-Z]{2,}$")
 
 
 @dataclass
@@ -109,6 +114,7 @@ class Searcher:
         self.notes = list(notes)
         self._lookup: TermLookup | None = None
         self._qcache: tuple[str, np.ndarray] | None = None
+        self._norms: np.ndarray | None = None
 
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -116,15 +122,19 @@ class Searcher:
         if self._lookup is None:
             self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
         k1, b = r.bm25_params
+        if self._norms is None:  # per pack, not per query
+            self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
+        # indptr is small (one int per term) and read whole; postings are sliced per term.
         ids, scores = bm25_scores(
             query,
             self._lookup,
-            r.dataset(F.BM25_INDPTR),
+            r.column(F.BM25_INDPTR),
             r.dataset(F.BM25_CHUNK),
             r.dataset(F.BM25_TF),
             r.column(F.BM25_DOC_LEN),
             k1=k1,
             b=b,
+            norms=self._norms,
         )
         if mask is not None and ids.size:
             keep = mask[ids]
@@ -222,8 +232,11 @@ class Searcher:
 
         codes = code_like_terms(query)
         if mode_used == "hybrid":
-            w_lex = 1.0 if codes else LEXICAL_WEIGHT_PLAIN
-            ordered = rrf([list(de_rank), list(bm_rank)], [1.0, w_lex])
+            if codes:
+                ordered = rrf([list(de_rank), list(bm_rank)], [1.0, 1.0])
+            else:
+                lexical = list(bm_rank)[:LEXICAL_DEPTH_PLAIN]
+                ordered = rrf([list(de_rank), lexical], [1.0, LEXICAL_WEIGHT_PLAIN])
         elif mode_used == "dense":
             ordered = [(c, 1.0 - dist[c]) for c in de_rank]
         else:

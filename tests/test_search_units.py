@@ -44,6 +44,8 @@ def test_locators() -> None:
         ("error 0x80070005 on start", ["0x80070005"]),
         ("the process got SIGKILL", ["SIGKILL"]),
         ("how do I rotate the logs?", []),
+        ("does PostgreSQL or GitHub do this", []),
+        ("NULL handling", ["NULL"]),
     ],
 )
 def test_code_like_terms(query: str, codes: list[str]) -> None:

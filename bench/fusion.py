@@ -1,0 +1,144 @@
+"""Which fusion earns its place? Candidate rules on the development evaluation, both phrasings.
+
+    python bench/fusion.py [PACK]      # default: builds /tmp/kbpack-eval.kbpack from fixtures/eval
+
+For every question the dense top-100 and BM25 top-100 are computed once (the pack's own model),
+then each fusion rule is applied to the same two lists, so the rules differ only in fusion.
+Prints recall@1/4/8/20 and MRR per phrasing ("doc": the document's words; "ticket": a
+paraphrase) and the paired sign test of each rule against dense alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import kbpack
+from kbpack.evaluate import load_questions, normalize, paired
+from kbpack.lexical import tokenize
+from kbpack.pack import format as F
+from kbpack.search import (
+    CANDIDATES,
+    LEXICAL_DEPTH_PLAIN,
+    LEXICAL_WEIGHT_PLAIN,
+    code_like_terms,
+    rrf,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+KS = (1, 4, 8, 20)
+
+
+def main() -> None:
+    pack_path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/kbpack-eval.kbpack")
+    if not pack_path.exists():
+        subprocess.run(
+            [
+                "kbpack",
+                "build",
+                str(ROOT / "fixtures/eval/corpus"),
+                "-o",
+                str(pack_path),
+                "--quiet",
+            ],
+            check=True,
+        )
+    questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
+    with kbpack.open(pack_path) as pack:
+        s = pack.searcher
+        assert s.embedder is not None, "the pack's model is needed"
+        contents = [normalize(c) for _, c in pack.iter_chunk_contents()]
+        indptr = pack.reader.column(F.BM25_INDPTR)
+        n_chunks = len(contents)
+        if s._lookup is None:
+            s._bm25("warm up", None)
+        lookup = s._lookup
+        assert lookup is not None
+        rows = []
+        for q in questions:
+            de, _ = s._dense(q.query, None)
+            bm, _ = s._bm25(q.query, None)
+            gold = {i for i, c in enumerate(contents) if normalize(q.needle) in c}
+            dfs = []
+            for t in set(tokenize(q.query)):
+                r = lookup.find(t)
+                if r is not None:
+                    dfs.append(int(indptr[r + 1] - indptr[r]))
+            rows.append((q, [int(x) for x in de], [int(x) for x in bm], gold, dfs))
+
+    def rank_of(order: list[int], gold: set[int]) -> int | None:
+        for i, c in enumerate(order[:CANDIDATES], 1):
+            if c in gold:
+                return i
+        return None
+
+    rare = max(5, n_chunks // 200)  # a term in at most 0.5% of chunks (or 5) is "rare"
+    rules: dict[str, Callable[..., list[int]]] = {
+        "dense": lambda q, de, bm, dfs: de,
+        "bm25": lambda q, de, bm, dfs: bm,
+        "rrf 1:1": lambda q, de, bm, dfs: fuse(de, bm, 1.0),
+        "rrf 1:0.5": lambda q, de, bm, dfs: fuse(de, bm, 0.5),
+        "rrf 1:0.25": lambda q, de, bm, dfs: fuse(de, bm, 0.25),
+        "code ? 1 : 0.5": lambda q, de, bm, dfs: fuse(
+            de, bm, 1.0 if code_like_terms(q.query) else 0.5
+        ),
+        "code ? 1 : 0.25": lambda q, de, bm, dfs: fuse(
+            de, bm, 1.0 if code_like_terms(q.query) else 0.25
+        ),
+        "code ? 1 : 0.1": lambda q, de, bm, dfs: fuse(
+            de, bm, 1.0 if code_like_terms(q.query) else 0.1
+        ),
+        "code ? 1 : 0": lambda q, de, bm, dfs: fuse(
+            de, bm, 1.0 if code_like_terms(q.query) else 0.0
+        ),
+        f"code|rare(df<={rare}) ? 1 : 0.25": lambda q, de, bm, dfs: fuse(
+            de, bm, 1.0 if code_like_terms(q.query) or any(d <= rare for d in dfs) else 0.25
+        ),
+        "rrf 1:1, bm25 top 5 only": lambda q, de, bm, dfs: fuse(de, bm[:5], 1.0),
+        # kbpack's rule (kbpack/search.py)
+        f"KBPACK: code ? 1 : {LEXICAL_WEIGHT_PLAIN} on bm25 top {LEXICAL_DEPTH_PLAIN}": lambda q, de, bm, dfs: (
+            fuse(de, bm, 1.0)
+            if code_like_terms(q.query)
+            else fuse(de, bm[:LEXICAL_DEPTH_PLAIN], LEXICAL_WEIGHT_PLAIN)
+        ),
+    }
+    ranks: dict[str, dict[str, list[int | None]]] = {}
+    for name, rule in rules.items():
+        for phrasing in ("doc", "ticket"):
+            ranks.setdefault(name, {})[phrasing] = [
+                rank_of(rule(q, de, bm, dfs), gold)
+                for q, de, bm, gold, dfs in rows
+                if q.phrasing == phrasing
+            ]
+
+    print(
+        f"{len(rows)} questions, {n_chunks} chunks; recall@k and MRR; paired vs dense at k=1 and k=8 (wins/losses p)"
+    )
+    header = (
+        f"{'rule':<40} {'phrasing':<7} "
+        + " ".join(f"R@{k:<4}" for k in KS)
+        + "  MRR    vs dense @1        @8"
+    )
+    print(header)
+    for name in rules:
+        for phrasing in ("doc", "ticket"):
+            r = ranks[name][phrasing]
+            rec = " ".join(f"{np.mean([x is not None and x <= k for x in r]):.2f} " for k in KS)
+            mrr = np.mean([1 / x if x else 0 for x in r])
+            p1, p8 = paired(r, ranks["dense"][phrasing], (1, 8))
+            print(
+                f"{name:<40} {phrasing:<7} {rec} {mrr:.3f}  "
+                f"+{p1.wins}/-{p1.losses} p={p1.p_value:.3f}  +{p8.wins}/-{p8.losses} p={p8.p_value:.3f}"
+            )
+
+
+def fuse(dense: list[int], lexical: list[int], w_lex: float) -> list[int]:
+    return [c for c, _ in rrf([dense, lexical], [1.0, w_lex])]
+
+
+if __name__ == "__main__":
+    main()
