@@ -27,7 +27,7 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 @click.option(
     "--deep",
     is_flag=True,
-    help="Re-tokenise every chunk for the BM25 check (default: a random sample of 2,000).",
+    help="Re-tokenise every chunk for the BM25 check (default: a random sample of 1,000).",
 )
 @json_option
 def verify(

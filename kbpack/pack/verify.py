@@ -35,6 +35,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from kbpack.pack.manifest import Header, hash_hdf5_bytes, parse_header
 from kbpack.pack.structure import Finding
 
 STEPS = ("bytes", "signature", "structure", "digests", "invariants")
-BM25_SAMPLE = 2000  # chunks re-tokenised by default
+BM25_SAMPLE = 1000  # chunks re-tokenised by default
 NORM_TOLERANCE = 1e-2  # float16 storage keeps unit norms within ~1e-3
 MAX_ROWS_SHOWN = 3  # row numbers quoted in one finding's detail
 READ_BLOCK_BYTES = 16 * 2**20
@@ -149,40 +150,51 @@ def verify_pack(
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not a pack")
     report = VerifyReport(str(path))
-    header, actual_size = _step_bytes(path, report)
+    header, actual_size = _read_header(path, report)
     if header is None and report.findings_by_step["bytes"][0].code == "not-a-pack":
         for s in STEPS[1:]:
             report.skip(s, "not a kbpack pack")
         return report
-    _step_signature(header, key, require_signature or key is not None, report)
-    bytes_ok = report.status["bytes"] == "ok"
-    if not bytes_ok and not locate_damage:
-        for s in STEPS[2:]:
-            report.skip(s, "bytes already damaged; not located")
-        return report
-    manifest = _manifest_dict(header)
+    child = None
+    if locate_damage:
+        # forked now so that it loads h5py while we hash; it parses nothing until released
+        args = (str(path), _manifest_dict(header), actual_size, quick, deep)
+        child = Isolated(_examine, args, limits or Limits(), preload=_preload_hdf5)
     try:
-        result = run_isolated(
-            _examine,
-            (str(path), manifest, actual_size, quick, deep),
-            limits or Limits(),
-        )
+        if header is not None:
+            _check_bytes(path, header, actual_size, report)
+        _step_signature(header, key, require_signature or key is not None, report)
+        if child is None and report.status["bytes"] != "ok":
+            for s in STEPS[2:]:
+                report.skip(s, "bytes already damaged; not located")
+            return report
+        if child is None:
+            args = (str(path), _manifest_dict(header), actual_size, quick, deep)
+            child = Isolated(_examine, args, limits or Limits())
+        result = child.result()
     except SandboxFailure as e:
         report.add("structure", [Finding(e.code, "/", e.detail)])
         for s in STEPS[3:]:
             report.skip(s, "HDF5 could not be examined")
         return report
+    finally:
+        if child is not None:
+            child.cancel()
     _merge(report, result, quick)
-    if header is not None and not bytes_ok:
+    if header is not None and report.status["bytes"] != "ok":
         _classify_foreign_manifest(report, result)
     return report
+
+
+def _preload_hdf5() -> None:
+    import h5py  # noqa: F401
 
 
 # -- step 1: bytes -----------------------------------------------------------------------------
 
 
-def _step_bytes(path: Path, report: VerifyReport) -> tuple[Header | None, int]:
-    findings: list[Finding] = []
+def _read_header(path: Path, report: VerifyReport) -> tuple[Header | None, int]:
+    """Step 1a: the user block parses (magic, manifest, signature record, zero padding)."""
     try:
         with open(path, "rb") as f:
             block = f.read(F.USERBLOCK_SIZE)
@@ -205,6 +217,12 @@ def _step_bytes(path: Path, report: VerifyReport) -> tuple[Header | None, int]:
     except PackError as e:
         report.add("bytes", [Finding("header-damaged", HEADER, _after_where(e, path))])
         return None, actual
+    return header, actual
+
+
+def _check_bytes(path: Path, header: Header, actual: int, report: VerifyReport) -> None:
+    """Step 1b: counts are well-formed, the size is exact, the SHA-256 of the bytes matches."""
+    findings: list[Finding] = []
     m = header.manifest
     if not header.padding_clean:
         findings.append(
@@ -239,7 +257,6 @@ def _step_bytes(path: Path, report: VerifyReport) -> tuple[Header | None, int]:
             )
         summary = f"{actual} bytes, SHA-256 {sha[:16]}… matches the manifest"
     report.add("bytes", findings, summary if not findings else "")
-    return header, actual
 
 
 def _after_where(e: Exception, path: Path) -> str:
@@ -382,6 +399,15 @@ def _f(code: str, path: str, detail: str) -> dict[str, str]:
     return {"code": code, "path": path, "detail": detail}
 
 
+class _Digest(StreamDigest):
+    """``StreamDigest`` with numeric blocks hashed in place (no ``tobytes`` copy): verify hashes
+    every byte of the vectors, and a copy of each block costs as much as hashing it."""
+
+    def numeric(self, block: np.ndarray) -> None:
+        le = np.ascontiguousarray(block.astype(block.dtype.newbyteorder("<"), copy=False))
+        self._h.update(memoryview(le).cast("B"))
+
+
 class _Examiner:
     def __init__(self, manifest: dict[str, Any] | None, file_size: int, deep: bool) -> None:
         self.manifest = manifest
@@ -425,10 +451,37 @@ class _Examiner:
         self.stats["elements"] = len(self.readable)
         if quick:
             return
-        self._step(self.digests, h)
-        out["digests"], self.findings = self.findings, []
-        self._step(self.invariants, h)
-        out["invariants"], self.findings = self.findings, []
+        # The vectors are the bulk of a pack: their digest and norms run in a second thread
+        # (hashlib and numpy release the GIL) while the rest is digested and checked.
+        pool = ThreadPoolExecutor(1) if F.VEC_DATA in self.readable else None
+        vectors = pool.submit(self._vector_pass, h) if pool else None
+        try:
+            self._step(self.digests, h)
+            out["digests"] = self._take()
+            self._step(self.invariants, h)
+            out["invariants"] = self._take()
+            if vectors is not None:
+                try:
+                    self._compare(F.VEC_DATA, vectors.result())
+                except MemoryError:
+                    self.add("memory-limit", F.VEC_DATA, "over the verify memory limit")
+                except Exception as e:
+                    self.add("element-unreadable", F.VEC_DATA, _one_line(e))
+                out["digests"] += self._take()
+            self._step(self.late_invariants, h)
+            out["invariants"] += self._take()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+    def _take(self) -> list[dict[str, str]]:
+        taken, self.findings = self.findings, []
+        return taken
+
+    def _vector_pass(self, h: Any) -> str:
+        d = _Digest()
+        self._vector_digest(h[F.VEC_DATA], d)
+        return d.hexdigest()
 
     def _step(self, fn: Callable[[Any], None], h: Any) -> None:
         try:
@@ -446,7 +499,7 @@ class _Examiner:
                 continue
             try:
                 self._compare(el.path + "@attrs", self._attrs_digest(h, el.path))
-                if el.dtype:
+                if el.dtype and el.path != F.VEC_DATA:  # the vectors: see run()
                     self._compare(el.path, self._data_digest(h[el.path], el))
             except MemoryError:
                 raise
@@ -486,7 +539,7 @@ class _Examiner:
         return attrs_digest(values)
 
     def _data_digest(self, ds: Any, el: F.Element) -> str:
-        d = StreamDigest()
+        d = _Digest()
         if el.dtype == "str":
             items: list[bytes] = []
             for block in _blocks(ds, rows=256 if el.path == F.DOC_TEXT else 65536):
@@ -494,9 +547,6 @@ class _Examiner:
                 d.strings(raw)
                 items.extend(raw)
             self.raw[el.path] = items
-            return d.hexdigest()
-        if el.path == F.VEC_DATA:
-            self._vector_digest(ds, d)
             return d.hexdigest()
         parts = []
         row_bytes = max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64)))
@@ -511,7 +561,7 @@ class _Examiner:
             self.num[el.path] = np.concatenate(parts) if parts else np.zeros(0, ds.dtype)
         return digest
 
-    def _vector_digest(self, ds: Any, d: StreamDigest) -> None:
+    def _vector_digest(self, ds: Any, d: _Digest) -> None:
         """One pass over the vectors: digest, finiteness and unit norm, block by block."""
         self.stats["vector_rows"], self.stats["vector_dims"] = int(ds.shape[0]), int(ds.shape[1])
         rows = max(1, READ_BLOCK_BYTES // max(1, ds.dtype.itemsize * ds.shape[1]))
@@ -519,8 +569,10 @@ class _Examiner:
         for block in _blocks(ds, rows=rows):
             d.numeric(block)
             v = block.astype(np.float32)
-            finite = np.isfinite(v).all(axis=1)
-            norms = np.sqrt(np.einsum("ij,ij->i", v, v, dtype=np.float32))
+            # a NaN or inf component makes the sum of squares non-finite; finite float16
+            # values cannot overflow it in float32
+            norms = np.sqrt(np.einsum("ij,ij->i", v, v))
+            finite = np.isfinite(norms)
             bad_norm = finite & (np.abs(norms - 1.0) > NORM_TOLERANCE)
             for kind, mask in (("nonfinite", ~finite), ("norm", bad_norm)):
                 idx = np.flatnonzero(mask)
@@ -534,16 +586,21 @@ class _Examiner:
 
     # -- step 5: invariants ------------------------------------------------------------------
     def invariants(self, h: Any) -> None:
-        for check in (
+        self._run_checks(
             self._check_manifest_vs_root,
             self._check_documents,
             self._check_sections,
             self._check_pages,
             self._check_chunks,
-            self._check_vectors,
             self._check_bm25,
-            self._check_counts,
-        ):
+        )
+
+    def late_invariants(self, h: Any) -> None:
+        """Checks that need the vector pass finished."""
+        self._run_checks(self._check_vectors, self._check_counts)
+
+    def _run_checks(self, *checks: Callable[[], None]) -> None:
+        for check in checks:
             try:
                 check()
             except MemoryError:
@@ -967,8 +1024,6 @@ class _Examiner:
         terms = self._check_terms(blob, offsets.astype(np.int64))
         n_terms = len(offsets) - 1
         indptr = indptr.astype(np.int64)
-        chunk = chunk.astype(np.int64)
-        tf = tf.astype(np.int64)
         n_chunks = self.stats.get("chunks", len(doc_len))
         if len(indptr) != n_terms + 1 or len(chunk) != len(tf):
             self.add(
@@ -1019,7 +1074,7 @@ class _Examiner:
             lambda i: f"{int(doc_len[i])} tokens, but its postings sum to {int(total[i])}",
         ):
             return
-        self._retokenise(terms, indptr, chunk, tf, doc_len.astype(np.int64))
+        self._retokenise(terms, indptr, chunk, tf, doc_len)
 
     def _check_terms(self, blob: np.ndarray, offsets: np.ndarray) -> list[bytes] | None:
         path = F.BM25_TERMS_OFFSETS
@@ -1076,10 +1131,18 @@ class _Examiner:
         else:
             rng = np.random.default_rng(secrets.randbits(64))
             sample = np.sort(rng.choice(n, BM25_SAMPLE, replace=False))
-        term_of = np.repeat(np.arange(len(terms)), np.diff(indptr))
-        order = np.argsort(chunk, kind="stable")
-        first = np.searchsorted(chunk[order], sample, side="left")
-        last = np.searchsorted(chunk[order], sample, side="right")
+        if len(sample) == n:
+            sel = np.argsort(chunk, kind="stable")  # every posting, grouped by chunk
+        else:  # only the sample's postings: no sort of all of them
+            mark = np.zeros(n, dtype=bool)
+            mark[sample] = True
+            sel = np.flatnonzero(mark[chunk])
+            sel = sel[np.argsort(chunk[sel], kind="stable")]
+        sel_chunk = chunk[sel]
+        term_of = np.searchsorted(indptr, sel, side="right") - 1
+        tf_of = tf[sel]
+        first = np.searchsorted(sel_chunk, sample, side="left")
+        last = np.searchsorted(sel_chunk, sample, side="right")
         bad: list[str] = []
         n_bad = 0
         for c, lo, hi in zip(sample.tolist(), first.tolist(), last.tolist(), strict=True):
@@ -1087,10 +1150,9 @@ class _Examiner:
             if text is None:
                 continue
             tokens = tokenize(text[int(start[c]) : int(end[c])])
-            rows = order[lo:hi]
             stored = {
-                terms[t].decode("utf-8"): int(f)
-                for t, f in zip(term_of[rows], tf[rows], strict=True)
+                terms[t].decode("utf-8"): f
+                for t, f in zip(term_of[lo:hi].tolist(), tf_of[lo:hi].tolist(), strict=True)
             }
             counted = dict(Counter(tokens))
             if len(tokens) != doc_len[c] or stored != counted:
@@ -1199,66 +1261,111 @@ class SandboxFailure(Exception):
         self.detail = detail
 
 
-def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> Any:
-    """Run ``fn(*args)`` in a forked child with an address-space limit, a wall-clock timeout,
-    no core dumps, no right to write files, and stdio to /dev/null. Returns its JSON-able
-    result; a crash, hang or memory blow-up raises SandboxFailure with a one-line detail."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(r)
-        payload: dict[str, Any]
-        try:
-            _confine(limits)
-            payload = {"ok": fn(*args)}
-        except MemoryError:
-            payload = {"error": "sandbox-memory", "detail": "over the verify memory limit"}
-        except BaseException as e:
-            payload = {"error": "hdf5-unreadable", "detail": _one_line(e)}
-        try:
-            data = json.dumps(payload).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(w, view) :]
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + limits.timeout_s
-    try:
+class Isolated:
+    """``fn(*args)`` in a forked child with an address-space limit, a wall-clock timeout, no
+    core dumps, no right to write files, and stdio on /dev/null.
+
+    The child runs ``preload`` at once, then waits for ``result()`` to release it, so slow
+    imports overlap the parent's work while nothing is parsed before the parent says so.
+    ``result()`` returns fn's JSON-able value; a crash, hang or memory blow-up raises
+    SandboxFailure with a one-line detail. ``cancel()`` is safe to call at any time.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        limits: Limits,
+        preload: Callable[[], None] | None = None,
+    ) -> None:
+        self.limits = limits
+        r, w = os.pipe()
+        gate_r, gate_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(r)
+            os.close(gate_w)
+            payload: dict[str, Any] = {}
+            try:
+                _confine(limits)
+                if preload is not None:
+                    preload()
+                if os.read(gate_r, 1) != b"g":
+                    os._exit(0)  # cancelled
+                payload = {"ok": fn(*args)}
+            except MemoryError:
+                payload = {"error": "sandbox-memory", "detail": "over the verify memory limit"}
+            except BaseException as e:
+                payload = {"error": "hdf5-unreadable", "detail": _one_line(e)}
+            try:
+                view = memoryview(json.dumps(payload).encode())
+                while view:
+                    view = view[os.write(w, view) :]
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.close(gate_r)
+        self.pid: int | None = pid
+        self.out = r
+        self.gate: int | None = gate_w
+
+    def result(self) -> Any:
+        assert self.pid is not None and self.gate is not None
+        os.write(self.gate, b"g")
+        os.close(self.gate)
+        self.gate = None
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + self.limits.timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SandboxFailure(
                     "sandbox-timeout",
-                    f"HDF5 parsing took longer than {limits.timeout_s:g} s and was stopped",
+                    f"HDF5 parsing took longer than {self.limits.timeout_s:g} s and was stopped",
                 )
-            ready, _, _ = select.select([r], [], [], left)
+            ready, _, _ = select.select([self.out], [], [], left)
             if ready:
-                data = os.read(r, 1 << 20)
+                data = os.read(self.out, 1 << 20)
                 if not data:
                     break
                 chunks.append(data)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.waitpid(pid, 0)
-        raise
-    finally:
-        os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status) and not chunks:
-        sig = os.WTERMSIG(status)
-        name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else sig
-        raise SandboxFailure("sandbox-crash", f"HDF5 parsing crashed the reader ({name})")
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        if os.WIFSIGNALED(status) and not chunks:
+            sig = os.WTERMSIG(status)
+            name = signal.Signals(sig).name if sig in set(signal.Signals) else sig
+            raise SandboxFailure("sandbox-crash", f"HDF5 parsing crashed the reader ({name})")
+        try:
+            payload = json.loads(b"".join(chunks))
+        except ValueError as e:
+            raise SandboxFailure("sandbox-crash", "the reader died before reporting") from e
+        if "error" in payload:
+            raise SandboxFailure(payload["error"], payload["detail"])
+        return payload["ok"]
+
+    def cancel(self) -> None:
+        if self.gate is not None:
+            os.close(self.gate)  # the child reads EOF at its gate and leaves
+            self.gate = None
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(self.pid, 0)
+            self.pid = None
+        if self.out >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.out)
+            self.out = -1
+
+
+def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> Any:
+    """``Isolated(fn, args, limits).result()``, always cleaned up."""
+    child = Isolated(fn, args, limits)
     try:
-        payload = json.loads(b"".join(chunks))
-    except ValueError as e:
-        raise SandboxFailure("sandbox-crash", "the reader died before reporting") from e
-    if "error" in payload:
-        raise SandboxFailure(payload["error"], payload["detail"])
-    return payload["ok"]
+        return child.result()
+    finally:
+        child.cancel()
 
 
 def _confine(limits: Limits) -> None:
@@ -1275,4 +1382,13 @@ def _confine(limits: Limits) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-__all__ = ["BM25_SAMPLE", "STEPS", "Limits", "VerifyReport", "run_isolated", "verify_pack"]
+__all__ = [
+    "BM25_SAMPLE",
+    "STEPS",
+    "Isolated",
+    "Limits",
+    "SandboxFailure",
+    "VerifyReport",
+    "run_isolated",
+    "verify_pack",
+]
