@@ -87,6 +87,36 @@ def test_migrate_to_another_model_then_query_uses_it(
         assert pack.search("offline model", k=3).lexical_only
 
 
+def test_a_pack_carrying_its_model_carries_the_new_one(
+    pack_a: Path, tmp_path: Path, tiny_model: Path, tiny_model_b: Path
+) -> None:
+    src = pack_a.parent / "src"
+    carrying = tmp_path / "carry.kbpack"
+    args = ["build", str(src), "-o", str(carrying), "--model", str(tiny_model), "--embed-model"]
+    assert run(*args, "--threads", "1", "-q")[0] == 0
+    copy = tmp_path / "copy.kbpack"
+    assert migrate_json(str(carrying), "-o", str(copy))["vectors_embedded"] == 0
+    out = tmp_path / "b.kbpack"
+    migrate_json(str(copy), "-o", str(out), "--model", str(tiny_model_b))
+    with PackReader(out) as r:
+        assert r.has_embedded_model and r.counts["model_bytes"] == tiny_model_b.stat().st_size
+    with kbpack.open(str(out)) as pack:  # no model given: the one inside the pack is used
+        assert not pack.search("offline model", k=3).lexical_only
+
+
+def test_a_bm25_only_pack_gains_vectors(pack_a: Path, tmp_path: Path, tiny_model_b: Path) -> None:
+    lexical = tmp_path / "lex.kbpack"
+    assert (
+        run("build", str(pack_a.parent / "src"), "-o", str(lexical), "--no-vectors", "-q")[0] == 0
+    )
+    out = tmp_path / "dense.kbpack"
+    report = migrate_json(str(lexical), "-o", str(out), "--model", str(tiny_model_b))
+    assert report["model"]["from"] is None and report["documents"]["rechunked"] == 2
+    with PackReader(out) as r:
+        assert r.counts["vectors"] == r.counts["chunks"] > 0
+        assert max(r.column(F.CHUNK_TOKENS)) <= 24
+
+
 def test_migrating_twice_is_a_no_op(pack_a: Path, tmp_path: Path, tiny_model_b: Path) -> None:
     once, twice = tmp_path / "once.kbpack", tmp_path / "twice.kbpack"
     migrate_json(str(pack_a), "-o", str(once), "--model", str(tiny_model_b))

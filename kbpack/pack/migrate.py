@@ -61,9 +61,10 @@ def format_step(from_version: int) -> Callable[[FormatStep], FormatStep]:
 
 
 def plan_format_steps(
-    version: int, current: int = F.FORMAT_VERSION, steps: dict[int, FormatStep] | None = None
+    version: int, current: int | None = None, steps: dict[int, FormatStep] | None = None
 ) -> list[tuple[int, FormatStep]]:
-    """The steps that take a pack of ``version`` to ``current``, in order."""
+    """The steps that take a pack of ``version`` to ``current`` (this kbpack's), in order."""
+    current = F.FORMAT_VERSION if current is None else current
     steps = STEPS if steps is None else steps
     if version > current:
         raise NewerFormatError(
@@ -74,7 +75,7 @@ def plan_format_steps(
         if v not in steps:
             raise PackError(
                 f"no migration step from format {v} to {v + 1} in this kbpack; "
-                "use the kbpack release that introduced format {v + 1} first"
+                f"use the kbpack release that introduced format {v + 1} first"
             )
         plan.append((v, steps[v]))
     return plan
@@ -493,8 +494,9 @@ def _copy(
     search = reader.search_defaults
     with contextlib.ExitStack() as stack:
         if reader.has_embedded_model:
-            gguf = temp_path_for(out).with_suffix(".gguf")
-            stack.callback(lambda: gguf.unlink(missing_ok=True) if gguf else None)
+            tmp = temp_path_for(out)
+            gguf = tmp.with_name(tmp.name + ".gguf")  # the stored model, copied for the writer
+            stack.callback(gguf.unlink, missing_ok=True)
             reader.write_gguf(gguf)
         with PackWriter(
             out, model=stamp, dims=dims, gguf=gguf, created=reader.manifest.created
