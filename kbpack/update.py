@@ -8,6 +8,9 @@ other source is extracted and chunked afresh; documents no longer among the sour
 dropped. For those re-chunked documents, a chunk whose embedded text the old pack already
 embedded with the same model gets that vector back instead of a new embedding.
 
+Without ``--model`` the pack's own model is kept (see ``with_pack_model``): vectors are never
+rebuilt with another model unless asked.
+
 The result is written by the same pipeline as ``build`` (``build_from``), so it holds what a
 fresh build of the same sources holds; ``kbpack diff`` says so. One assumption: the chunking
 options (``--max-chars``, ``--overlap``) are those of the old pack, which does not record them.
@@ -26,6 +29,7 @@ import numpy as np
 from kbpack.build import BuildOptions, BuildReport, build_from
 from kbpack.chunk import embedded_text, header, section_path
 from kbpack.document import Document
+from kbpack.errors import ModelError, UsageError
 from kbpack.extract import Candidate, discover, extract_all
 from kbpack.extract.common import blank_document, file_identity
 from kbpack.pack import format as F
@@ -34,17 +38,52 @@ from kbpack.progress import Progress
 from kbpack.restore import PackContents
 
 
-def target_model_sha(opts: BuildOptions) -> str | None:
-    """SHA-256 of the model a build with ``opts`` embeds with (None: BM25-only, or a model
-    file that cannot be read -- the build itself then reports why)."""
-    if not opts.vectors:
-        return None
+def with_pack_model(reader: PackReader, opts: BuildOptions) -> tuple[BuildOptions, str | None]:
+    """``opts`` with the model update embeds with, and that model's SHA-256 (None: BM25-only).
+
+    Without ``--model``, update keeps the pack's model: the default model when that is the
+    pack's, else the model the pack carries (``--embed-model``); a pack made with another
+    model is refused rather than silently re-embedded with the default one. A pack that
+    carries its model keeps carrying it while the model stays the same.
+    """
     from kbpack.embed import default_model_path, sha256_file
 
-    path = opts.model if opts.model is not None else default_model_path()
-    if not Path(path).is_file():
-        return None
-    return sha256_file(Path(path))
+    stamp = reader.model
+    if not opts.vectors:
+        return opts, None
+    carry = opts.embed_model
+    if opts.model is not None:
+        sha = sha256_file(opts.model) if Path(opts.model).is_file() else None
+    else:
+        try:
+            sha = sha256_file(default_model_path())
+        except ModelError:
+            if stamp is None:
+                raise  # a BM25-only pack gains vectors: the default model is needed
+            sha = None
+        if stamp is not None and sha != stamp[F.M_SHA256]:
+            opts = replace(opts, model=_pack_model_file(reader))
+            sha = stamp[F.M_SHA256]
+    if stamp is not None and sha == stamp[F.M_SHA256]:
+        carry = carry or reader.has_embedded_model
+    return replace(opts, embed_model=carry), sha
+
+
+def _pack_model_file(reader: PackReader) -> Path:
+    """The GGUF of the pack's model, taken from the pack, or UsageError saying what to pass."""
+    stamp = reader.model
+    assert stamp is not None
+    if reader.has_embedded_model:
+        from kbpack.api import resolve_embedder
+
+        embedder, _ = resolve_embedder(reader, None)
+        if embedder is not None:
+            return Path(embedder.path)
+    raise UsageError(
+        f"{reader.path}: built with model {stamp[F.M_NAME]} (sha256 {str(stamp[F.M_SHA256])[:12]}), "
+        "not the default model; pass --model FILE.gguf (that model keeps every vector, "
+        "another one re-embeds every chunk)"
+    )
 
 
 def pack_compatible(reader: PackReader, opts: BuildOptions, model_sha: str | None) -> bool:
@@ -138,7 +177,7 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
     candidates, skipped = discover(opts.sources, opts.include, opts.exclude)
     with PackReader(old) as reader:
         contents = PackContents(reader)
-        model_sha = target_model_sha(opts)
+        opts, model_sha = with_pack_model(reader, opts)
         hooks = _Reuse(contents, dense=reader.has_vectors)
         rows: list[int | None] = [None] * len(candidates)
         if pack_compatible(reader, opts, model_sha):
@@ -177,4 +216,4 @@ def _documents(
     next(fresh, None)  # runs extract_all to its end, which stops the worker process
 
 
-__all__ = ["pack_compatible", "reusable_row", "target_model_sha", "update_pack"]
+__all__ = ["pack_compatible", "reusable_row", "update_pack", "with_pack_model"]

@@ -163,3 +163,26 @@ def test_update_of_a_missing_pack_fails_in_one_line(tmp_path: Path, model: Path)
     code, out, err = run("update", str(tmp_path / "nope.kbpack"), str(src), "--model", str(model))
     assert code == 1 and out == ""
     assert err.strip().splitlines() == [f"kbpack: error: {tmp_path / 'nope.kbpack'}: no such file"]
+
+
+def test_without_model_update_keeps_the_packs_model_or_refuses(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Never a silent re-embedding with the default model: a pack that carries its model
+    keeps it (and keeps carrying it); one that does not must be told which model to use."""
+    src = write_corpus(tmp_path / "src", {"a.md": "# A\n\nThe pack is offline.\n"})
+    carrying, bare = tmp_path / "carry.kbpack", tmp_path / "bare.kbpack"
+    common = ["--model", str(tiny_model), "--threads", "1", "-q"]
+    assert run("build", str(src), "-o", str(carrying), *common, "--embed-model")[0] == 0
+    assert run("build", str(src), "-o", str(bare), *common)[0] == 0
+
+    code, out, err = run("update", str(carrying), str(src), "--threads", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["reused_documents"] == 1 and report["vectors_embedded"] == 0
+    with PackReader(carrying) as r:
+        assert r.has_embedded_model and r.model is not None and r.model[F.M_NAME] == "tiny-a"
+
+    code, out, err = run("update", str(bare), str(src), "--threads", "1")
+    assert code == 2 and out == ""
+    assert "built with model tiny-a" in err and "pass --model FILE.gguf" in err

@@ -27,7 +27,8 @@ def update(pack: Path, sources: tuple[Path, ...], out: Path | None, **kw: Any) -
     A document whose source bytes, extractor, pipeline and model are unchanged keeps its text,
     chunks and vectors from PACK (no extraction, no embedding); changed sources are extracted
     again and removed ones dropped. The result holds what a fresh build would (kbpack diff
-    shows it). Give the same --model and chunking options as the original build.
-    Exit codes as for build.
+    shows it). Without --model the pack's own model is kept (the default one, or the one the
+    pack carries); --model with another model re-embeds every chunk. Give the chunking options
+    (--max-chars, --overlap) of the original build. Exit codes as for build.
     """
     return run_build_command(sources, out or pack, reuse=pack, **kw)

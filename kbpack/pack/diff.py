@@ -27,6 +27,7 @@ from kbpack.restore import PackContents
 # Cosine distance under which two vectors of the same chunk and model are the same vector:
 # float16 storage alone moves a unit vector by ~1e-7; llama.cpp batching by less.
 VECTOR_TOLERANCE = 1e-3
+VECTOR_BLOCK = 16384  # rows of vectors compared at a time
 
 # Per-document fields and the name of the difference they make.
 _DOC_FIELDS: tuple[tuple[str, str], ...] = (
@@ -208,23 +209,37 @@ def _doc_facts(c: PackContents, doc: int) -> dict[str, Any]:
 def _compare_vectors(
     old: PackContents, new: PackContents, aligned: list[tuple[int, int]]
 ) -> dict[str, Any]:
-    """Largest cosine distance between the vectors of chunks that line up in both packs."""
+    """Largest cosine distance between the vectors of chunks that line up in both packs.
+
+    Read in blocks of ``VECTOR_BLOCK`` rows, so two large packs are compared in bounded memory.
+    """
     if not (old.r.has_vectors and new.r.has_vectors) or not aligned:
         return {}
-    rows_old = [np.arange(*old.chunk_range(i)) for i, _ in aligned]
-    rows_new = [np.arange(*new.chunk_range(j)) for _, j in aligned]
-    a = np.concatenate(rows_old) if rows_old else np.zeros(0, np.int64)
-    b = np.concatenate(rows_new) if rows_new else np.zeros(0, np.int64)
+    a = np.concatenate([np.arange(*old.chunk_range(i)) for i, _ in aligned])
+    b = np.concatenate([np.arange(*new.chunk_range(j)) for _, j in aligned])
     if a.size == 0:
         return {"compared": 0, "max_distance": 0.0}
-    va, vb = old.r.vectors(), new.r.vectors()
-    if va.shape[1] != vb.shape[1]:
+    ds_a, ds_b = old.r.dataset(F.VEC_DATA), new.r.dataset(F.VEC_DATA)
+    if ds_a.shape[1] != ds_b.shape[1]:
         return {"compared": 0, "max_distance": None}
-    x, y = va[a], vb[b]
-    # Stored float16 vectors are unit only to ~1e-3; normalise so that equal vectors give 0.
-    norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
-    dist = 1.0 - np.einsum("ij,ij->i", x, y) / np.maximum(norms, 1e-12)
-    return {"compared": int(a.size), "max_distance": round(float(dist.max()), 7)}
+    worst = 0.0
+    for at in range(0, a.size, VECTOR_BLOCK):
+        x = _rows(ds_a, a[at : at + VECTOR_BLOCK])
+        y = _rows(ds_b, b[at : at + VECTOR_BLOCK])
+        # Stored float16 vectors are unit only to ~1e-3; normalise so equal vectors give 0.
+        norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+        dist = 1.0 - np.einsum("ij,ij->i", x, y) / np.maximum(norms, 1e-12)
+        worst = max(worst, float(dist.max()))
+    return {"compared": int(a.size), "max_distance": round(worst, 7)}
+
+
+def _rows(ds: Any, rows: np.ndarray) -> np.ndarray:
+    """``ds[rows]`` as float32: one contiguous read when the rows are close together."""
+    lo, hi = int(rows.min()), int(rows.max()) + 1
+    if hi - lo <= 4 * rows.size:
+        return np.asarray(ds[lo:hi], dtype=np.float32)[rows - lo]
+    unique, inverse = np.unique(rows, return_inverse=True)  # h5py wants increasing indices
+    return np.asarray(ds[unique], dtype=np.float32)[inverse]
 
 
 def _differences(d: PackDiff, same_model: bool) -> list[str]:
