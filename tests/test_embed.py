@@ -142,8 +142,9 @@ def test_many_tiny_texts_on_a_long_context_model(
 ) -> None:
     # With a 1024-token batch, 700 two-token texts fit one batch's token budget but exceed
     # llama.cpp's limit of 256 sequences per batch: they must be split, not rejected.
-    import kbpack.embed
     from tiny_gguf import build_tiny_gguf, rewrite_gguf
+
+    import kbpack.embed
 
     monkeypatch.setattr(kbpack.embed, "BATCH_TOKENS", 1024)
     model = build_tiny_gguf(tmp_path / "long.gguf", positions=1024, window=None)
@@ -160,3 +161,26 @@ def test_many_tiny_texts_on_a_long_context_model(
         set_uint32={"bert.context_length": 32768},
     )
     assert identify_gguf(huge).window == 8192
+
+
+def test_missing_llama_cpp_is_a_clear_error(tiny_model: Path) -> None:
+    # A child where `import llama_cpp` fails, as on a machine without llama-cpp-python.
+    code = (
+        "import sys; sys.modules['llama_cpp'] = None\n"
+        "from pathlib import Path\n"
+        "from kbpack.embed import Embedder\n"
+        "from kbpack.errors import ModelError\n"
+        f"try: Embedder(Path({str(tiny_model)!r}))\n"
+        "except ModelError as e: print(e)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-500:]
+    assert child.stdout.startswith("llama-cpp-python is not importable (")
+    assert "pip install llama-cpp-python" in child.stdout and "--no-vectors" in child.stdout
+
+
+def test_embedder_closes_as_a_context_manager(tiny_model: Path) -> None:
+    with Embedder(tiny_model, threads=1) as e:
+        first = e.embed(["the pack"])
+    with Embedder(tiny_model, threads=1) as again:
+        np.testing.assert_allclose(again.embed(["the pack"]), first, atol=1e-6)
