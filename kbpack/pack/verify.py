@@ -153,8 +153,12 @@ def verify_pack(
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not a pack")
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise UsageError(f"{path}: not a regular file")
     report = VerifyReport(str(path))
     header, actual_size = _read_header(path, report)
+    if limits is None:  # generous: a stuck parser is what the limit is for, not a big pack
+        limits = Limits(timeout_s=max(600.0, actual_size / (1e6 if deep else 10e6)))
     if header is None and report.findings_by_step["bytes"][0].code == "not-a-pack":
         for s in STEPS[1:]:
             report.skip(s, "not a kbpack pack")
@@ -163,7 +167,7 @@ def verify_pack(
     if locate_damage:
         # forked now so that it loads h5py while we hash; it parses nothing until released
         args = (str(path), _manifest_dict(header), actual_size, quick, deep)
-        child = Isolated(_examine, args, limits or Limits(), preload=_preload_hdf5)
+        child = Isolated(_examine, args, limits, preload=_preload_hdf5)
     try:
         if header is not None:
             _check_bytes(path, header, actual_size, report)
@@ -174,7 +178,7 @@ def verify_pack(
             return report
         if child is None:
             args = (str(path), _manifest_dict(header), actual_size, quick, deep)
-            child = Isolated(_examine, args, limits or Limits())
+            child = Isolated(_examine, args, limits)
         result = child.result()
     except SandboxFailure as e:
         report.add("structure", [Finding(e.code, "/", e.detail)])
@@ -234,9 +238,9 @@ def _check_bytes(path: Path, header: Header, actual: int, report: VerifyReport) 
         )
     missing, unknown = set(F.COUNT_KEYS) - set(m.counts), set(m.counts) - set(F.COUNT_KEYS)
     if missing or unknown:
-        what = [f"lack {', '.join(sorted(missing))}"] if missing else []
-        what += [f"name unknown {', '.join(sorted(unknown))}"] if unknown else []
-        findings.append(Finding("manifest-invalid", HEADER, f"counts {'; '.join(what)}"))
+        wrong = [f"lack {', '.join(sorted(missing))}"] if missing else []
+        wrong += [f"name unknown {', '.join(sorted(unknown))}"] if unknown else []
+        findings.append(Finding("manifest-invalid", HEADER, f"counts {'; '.join(wrong)}"))
     if actual != m.file_size:
         what = "truncated" if actual < m.file_size else "bytes appended"
         findings.append(
