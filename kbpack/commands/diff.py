@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,10 @@ from kbpack.commands.common import (
 )
 
 PREVIEW = 72  # characters of a chunk shown per line
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command()
@@ -149,14 +154,18 @@ def migrate(
 
     if out is None and not dry_run:
         raise click.UsageError("give -o OUT (migrate always writes a new file), or --dry-run")
-    report = migrate_pack(
-        pack,
-        out,
-        model=model,
-        dry_run=dry_run,
-        threads=threads,
-        progress=Progress(show_progress(quiet, as_json)),
-    )
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)  # so temp files are removed
+    try:
+        report = migrate_pack(
+            pack,
+            out,
+            model=model,
+            dry_run=dry_run,
+            threads=threads,
+            progress=Progress(show_progress(quiet, as_json)),
+        )
+    finally:
+        signal.signal(signal.SIGTERM, old)
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:
@@ -173,6 +182,7 @@ def render_migration(r: dict[str, Any]) -> str:
             f"{m['name']} ({m['sha256'][:12]}, {m['dims']}d, window {m['window']})" if m else "none"
         )
 
+    other = docs["total"] - docs["kept"] - docs["reembedded"] - docs["rechunked"]
     rows = [
         ("source", r["source"]),
         (
@@ -190,7 +200,7 @@ def render_migration(r: dict[str, Any]) -> str:
         (
             "documents",
             f"{docs['total']}: {docs['kept']} kept, {docs['reembedded']} re-embedded, "
-            f"{docs['rechunked']} re-chunked",
+            f"{docs['rechunked']} re-chunked, {other} failed or skipped (copied)",
         ),
         (
             "chunks",
