@@ -346,3 +346,78 @@ def test_manifest_fields_must_agree_with_the_pack(pack: Path, tmp_path: Path) ->
     counts["documents_failed"] += 1
     p = edited(pack, tmp_path, lambda h: None, counts=counts)
     assert codes(p) == {("count-mismatch", "header/counts/documents_failed")}
+
+
+def test_every_finding_code_is_documented_and_every_documented_code_is_used() -> None:
+    import ast
+
+    from kbpack.pack import structure, verify
+
+    emitted: set[str] = set()
+    for module in (verify, structure):
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and node.args:
+                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                first = node.args[0]
+                if name in {"Finding", "_f", "add", "_rows", "SandboxFailure"} and isinstance(
+                    first, ast.Constant
+                ):
+                    emitted.add(first.value)
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values, strict=True):
+                    if isinstance(k, ast.Constant) and k.value == "error":
+                        assert isinstance(v, ast.Constant)
+                        emitted.add(v.value)
+    emitted -= set(verify.STEPS)  # report.add(step, ...) calls
+    assert emitted == set(verify.CODES)
+
+
+def test_sandbox_turns_crash_hang_and_memory_blowup_into_failures() -> None:
+    import signal as sig
+    import time
+
+    from kbpack.pack.verify import Limits, SandboxFailure, run_isolated
+
+    def crash() -> None:
+        os.kill(os.getpid(), sig.SIGSEGV)
+
+    def hang() -> None:
+        time.sleep(3600)
+
+    def hog() -> int:
+        return len(bytearray(2**31))
+
+    def write_file() -> None:
+        Path("/tmp/kbpack-sandbox-should-not-exist").write_bytes(b"x" * 10)
+
+    for fn, code in (
+        (crash, "sandbox-crash"),
+        (hang, "sandbox-timeout"),
+        (hog, "sandbox-memory"),
+        (write_file, "hdf5-unreadable"),  # the child may not write files
+    ):
+        with pytest.raises(SandboxFailure) as e:
+            run_isolated(fn, (), Limits(timeout_s=2, memory_bytes=2**28))
+        assert e.value.code == code, (fn.__name__, e.value.detail)
+    assert run_isolated(lambda a, b: a + b, (2, 3), Limits()) == 5
+
+
+def test_bm25_sample_and_deep(pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kbpack.pack import verify
+
+    monkeypatch.setattr(verify, "BM25_SAMPLE", 4)
+    n = read_header(pack).manifest.counts["chunks"]
+    report = verify_pack(pack)
+    assert report.intact and report.stats["bm25_retokenised"] == 4
+    assert f"BM25 re-tokenised 4 of {n} chunks (--deep: all)" in report.summary["invariants"]
+    assert verify_pack(pack, deep=True).stats["bm25_retokenised"] == n
+
+
+def test_not_a_regular_file(tmp_path: Path) -> None:
+    from kbpack.errors import UsageError
+
+    fifo = tmp_path / "fifo.kbpack"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"):
+        verify_pack(fifo)

@@ -24,6 +24,7 @@ packs); ``deep=True`` re-tokenises every chunk. Cheaper BM25 checks cover every 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import hashlib
 import itertools
 import json
@@ -70,6 +71,90 @@ UNSAFE_TO_READ = {
     "filter-not-allowed",
     "size-out-of-range",
     "hard-link-alias",
+}
+
+
+# Every finding code verify can report, with what it means. A test checks that the code
+# emits exactly these, so this table can be copied into the documentation as it is.
+CODES: dict[str, str] = {
+    # 1 bytes
+    "not-a-pack": "no kbpack magic at byte 0",
+    "newer-format": "written by a newer kbpack: upgrade kbpack",
+    "header-damaged": "the user block does not parse, or its padding is not zero",
+    "manifest-invalid": "the manifest's counts do not name exactly the spec's counts",
+    "size-mismatch": "the file is shorter or longer than the manifest says",
+    "hash-mismatch": "the SHA-256 of the HDF5 bytes differs from the manifest's",
+    # 2 signature
+    "signature-missing": "a signature is required and the pack has none",
+    "signature-invalid": "the signature does not match the manifest: edited after signing",
+    "signature-untrusted-key": "signed by a key that is not trusted here",
+    "signature-malformed": "the signature record is not a valid Ed25519 record",
+    "manifest-from-other-pack": "the header (and signature) was copied from another pack",
+    # 3 structure (structure.py), and the child that parses HDF5
+    "link-not-allowed": "a soft or external link",
+    "unknown-object": "an object the spec does not name",
+    "missing-element": "an element the spec requires is absent",
+    "unreadable-object": "HDF5 cannot open the object",
+    "wrong-object-type": "a group where a dataset belongs, or the reverse",
+    "hard-link-alias": "one object under two names",
+    "attribute-not-allowed": "an attribute of reference or opaque type",
+    "unreadable-attributes": "HDF5 cannot read the attributes",
+    "reference-not-allowed": "a dataset of object or region references",
+    "wrong-dtype": "a dataset's type differs from the spec",
+    "wrong-shape": "a dataset's rank differs from the spec",
+    "virtual-dataset": "a virtual dataset (it maps other files)",
+    "external-storage": "raw data stored in another file",
+    "filter-not-allowed": "a filter other than deflate, shuffle, fletcher32",
+    "count-mismatch": "a row count differs from the manifest's counts",
+    "size-out-of-range": "a dataset declares more bytes than the file can hold",
+    "hdf5-unreadable": "HDF5 cannot open or walk the file",
+    "sandbox-crash": "the HDF5 parser crashed (in the child; the CLI survives)",
+    "sandbox-timeout": "the HDF5 parser ran past its time limit",
+    "sandbox-memory": "the HDF5 parser ran past its memory limit",
+    # 4 digests
+    "digest-mismatch": "an element's data or attributes differ from the manifest's digest",
+    "digest-missing": "the manifest has no digest for an element present in the pack",
+    "digest-orphan": "the manifest has a digest for no element",
+    "element-unreadable": "an element's data cannot be read",
+    "memory-limit": "an element needs more memory than the verify limit",
+    # 5 invariants
+    "manifest-mismatch": "manifest created/version differ from the root attributes",
+    "attribute-invalid": "a root attribute has a value the spec does not allow",
+    "column-lengths": "the columns of one group have different lengths",
+    "duplicate-name": "two documents have the same name",
+    "status-invalid": "a document status other than ok, failed, skipped",
+    "failed-without-reason": "a failed or skipped document gives no reason",
+    "text-encoding": "canonical text that is not valid UTF-8",
+    "text-digest-mismatch": "text_sha256 differs from the canonical text's SHA-256",
+    "warnings-invalid": "document warnings that are not a JSON array of strings",
+    "reference-out-of-range": "a row points at a document that does not exist",
+    "offset-out-of-range": "[from, to) not inside the document's canonical text",
+    "section-order": "sections not grouped by document in order",
+    "section-parent": "a parent that is not an earlier section of the same document",
+    "section-nesting": "a section not inside its parent",
+    "section-level": "a level that is not 0 for a root, 1..9 below its parent",
+    "section-root": "a document without exactly one root section first",
+    "page-number": "a page number below 1",
+    "page-order": "pages not ordered, or overlapping",
+    "chunk-order": "chunks not in document order",
+    "chunk-tokens": "a negative token count",
+    "chunk-of-failed-document": "a chunk of a failed or skipped document",
+    "chunk-section": "a chunk outside the section it names",
+    "chunk-page": "a chunk page that is not a page of its document",
+    "model-stamp": "the model identity stamp is missing or malformed",
+    "model-file-mismatch": "the stored GGUF's SHA-256 differs from the model stamp",
+    "vectors-unexpected": "vectors in a pack whose root says it has none",
+    "dims-mismatch": "vector dims differ from the model stamp",
+    "vector-count": "not one vector per chunk",
+    "vector-not-finite": "a vector with NaN or infinite components",
+    "vector-norm": f"a vector whose norm differs from 1 by more than {NORM_TOLERANCE}",
+    "bm25-params": "k1 or b out of range",
+    "bm25-tokenizer": "a tokenizer this kbpack cannot re-run",
+    "bm25-terms": "vocabulary not valid UTF-8, empty, or not strictly sorted",
+    "bm25-postings": "indptr, chunk ids or tf out of range or order",
+    "bm25-doc-len": "document lengths differ from the postings' term counts",
+    "bm25-content-mismatch": "postings differ from the re-tokenised chunk content",
+    "check-failed": "an invariant check could not run on this data",
 }
 
 
@@ -998,19 +1083,23 @@ class _Examiner:
             )
         if shape[0] != n_chunks:
             self.add("vector-count", F.VEC_DATA, f"{shape[0]} vectors for {n_chunks} chunks")
-        for kind, code, detail in (
-            ("nonfinite", "vector-not-finite", "NaN or infinite component"),
-            ("norm", "vector-norm", f"norm differs from 1 by more than {NORM_TOLERANCE}"),
-        ):
-            count = self.vec_counts[kind]
-            if count:
-                rows = ", ".join(str(r) for r in self.vec_bad[kind])
-                more = (
-                    f" (and {count - len(self.vec_bad[kind])} more)"
-                    if count > MAX_ROWS_SHOWN
-                    else ""
-                )
-                self.add(code, F.VEC_DATA, f"{detail}: rows {rows}{more}")
+        if self.vec_counts["nonfinite"]:
+            self.add(
+                "vector-not-finite",
+                F.VEC_DATA,
+                "NaN or infinite component: " + self._vec_rows("nonfinite"),
+            )
+        if self.vec_counts["norm"]:
+            self.add(
+                "vector-norm",
+                F.VEC_DATA,
+                f"norm differs from 1 by more than {NORM_TOLERANCE}: " + self._vec_rows("norm"),
+            )
+
+    def _vec_rows(self, kind: str) -> str:
+        count, shown = self.vec_counts[kind], self.vec_bad[kind]
+        more = f" (and {count - len(shown)} more)" if count > len(shown) else ""
+        return "rows " + ", ".join(str(r) for r in shown) + more
 
     # bm25 ----------------------------------------------------------------------------------
     def _check_bm25(self) -> None:
@@ -1384,6 +1473,7 @@ def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) 
 
 def _confine(limits: Limits) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    faulthandler.disable()  # a crash is reported by the parent, in one line
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
