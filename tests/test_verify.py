@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,8 +125,26 @@ def test_read_only_copy_verifies(pack: Path, tmp_path: Path) -> None:
     try:
         assert verify_pack(copy).intact
         assert oct(stat.S_IMODE(copy.stat().st_mode)) == "0o444"
+        if os.geteuid() == 0:  # modes do not stop root: prove it on a read-only mount too
+            _verify_on_read_only_mount(ro, copy)
     finally:
         os.chmod(ro, 0o755)
+
+
+def _verify_on_read_only_mount(folder: Path, pack: Path) -> None:
+    if not shutil.which("unshare"):
+        pytest.skip("root without unshare: cannot make a read-only mount")
+    cli = f'{sys.executable} -c "from kbpack.cli import main; main()"'
+    script = (
+        f'mount --bind -o ro "{folder}" "{folder}" || exit 99; '
+        f'touch "{folder}/probe" 2>/dev/null && exit 98; '
+        f'exec {cli} verify "{pack}"'
+    )
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=120)
+    if r.returncode == 99:
+        pytest.skip("no permission to make a read-only mount here")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.decode().splitlines()[-1] == "intact"
 
 
 # -- step 1: bytes -----------------------------------------------------------------------------
