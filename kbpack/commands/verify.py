@@ -21,7 +21,8 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 @click.option(
     "--require-signature",
     is_flag=True,
-    help="Fail unless a trusted key signed the pack (keys: --key or the trusted-keys folder).",
+    help="Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
+    "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys.",
 )
 @click.option("--quick", is_flag=True, help="Stop after bytes, signature and structure.")
 @click.option(
