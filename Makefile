@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	@mkdir -p out
 	$(BIN)/kbpack build fixtures/docs -o out/fixtures.kbpack
-	$(BIN)/kbpack query out/fixtures.kbpack "How do I add a table to a document?" -k 3
+	$(BIN)/kbpack query out/fixtures.kbpack "What does TableStyle do?" -k 3
 
 h5dump:
 	@command -v h5dump >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \

@@ -45,6 +45,7 @@ class Result:
     rank: int
     chunk: int
     doc: str
+    title: str  # the document's title
     section: str
     start: int
     end: int
@@ -311,6 +312,7 @@ class Searcher:
             rank=rank,
             chunk=c,
             doc=name,
+            title=r.strings(F.DOC_TITLE)[doc],
             section=" > ".join(r.section_path(sec)),
             start=start,
             end=end,

@@ -141,7 +141,7 @@ def render(resp: Any) -> str:
         dist = "-" if r.distance is None else f"{r.distance:.3f}"
         bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
         out.append(f"[{r.rank}] {r.locator}")
-        meta = f"    {r.section or '(top)'}  ·  distance {dist}  ·  bm25 rank {bm}"
+        meta = f"    {r.section or r.title}  ·  distance {dist}  ·  bm25 rank {bm}"
         out.append(meta)
         quote = " ".join(r.content.split())
         out.append(
@@ -159,7 +159,7 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
     used = 0
     sources = []
     for r in resp.results:
-        block = f"[{len(sources) + 1}] {r.doc} — {r.section or r.doc}\n{r.content}\n"
+        block = f"[{len(sources) + 1}] {r.doc} — {r.section or r.title}\n{r.content}\n"
         cost = count(block)
         if used + cost > kw["budget_tokens"]:
             continue
