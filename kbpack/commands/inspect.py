@@ -77,7 +77,12 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
             f"v{info['format_version']} (kbpack {info['kbpack_version']}, pipeline {info['pipeline_version']})",
         ),
         ("created", info["created"]),
-        ("signed", "yes" if info["signed"] else "no"),
+        (
+            "signature",
+            "present, not checked here (kbpack verify --key checks it)"
+            if info["signed"]
+            else "none",
+        ),
         (
             "documents",
             f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped",
