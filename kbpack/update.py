@@ -128,12 +128,10 @@ def reusable_row(contents: PackContents, candidate: Candidate, opts: BuildOption
 class _Reuse:
     """The hooks ``build_from`` calls: whole documents, and single vectors by embedded text."""
 
-    def __init__(self, contents: PackContents, dense: bool) -> None:
+    def __init__(self, contents: PackContents) -> None:
         self.contents = contents
-        self.dense = dense
         self.waiting: dict[str, tuple[Document, int]] = {}  # name -> (restored doc, old row)
-        self.by_text: dict[bytes, int] | None = None  # SHA-256 of embedded text -> old row
-        self.vectors_reused = 0
+        self.by_text: dict[bytes, int] = {}  # SHA-256 of embedded text -> old chunk row
 
     def restored(self, row: int, candidate: Candidate) -> Document:
         doc = replace(self.contents.document(row), source_path=str(candidate.path))
@@ -149,7 +147,6 @@ class _Reuse:
 
     def index_vectors(self, rows: Sequence[int]) -> None:
         """Remember the vectors of the chunks of ``rows`` (old documents not reused whole)."""
-        self.by_text = {}
         c = self.contents
         for row in rows:
             doc = c.document(row)
@@ -160,13 +157,8 @@ class _Reuse:
                 self.by_text[hashlib.sha256(text.encode("utf-8")).digest()] = first + k
 
     def vector(self, text: str) -> np.ndarray | None:
-        if not self.by_text:
-            return None
         row = self.by_text.get(hashlib.sha256(text.encode("utf-8")).digest())
-        if row is None:
-            return None
-        self.vectors_reused += 1
-        return self.contents.vector(row)
+        return None if row is None else self.contents.vector(row)
 
 
 def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
@@ -178,7 +170,7 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
     with PackReader(old) as reader:
         contents = PackContents(reader)
         opts, model_sha = with_pack_model(reader, opts)
-        hooks = _Reuse(contents, dense=reader.has_vectors)
+        hooks = _Reuse(contents)
         rows: list[int | None] = [None] * len(candidates)
         if pack_compatible(reader, opts, model_sha):
             rows = [reusable_row(contents, c, opts) for c in candidates]

@@ -314,3 +314,33 @@ def test_staleness_names_documents_and_the_command_that_fixes_them(
     assert found["pipeline"]["fix"] == f"kbpack migrate {pack_a} -o NEW.kbpack"
     assert "not the default model" in found["model"]["detail"]
     assert found["model"]["fix"].endswith("--model FILE.gguf")
+
+
+def test_the_refusal_threshold_stays_with_its_model(
+    pack_a: Path,
+    tmp_path: Path,
+    tiny_model: Path,
+    tiny_model_b: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kbpack.pack.rewrite import rewrite_search_settings
+
+    calibrated = tmp_path / "calibrated.kbpack"
+    rewrite_search_settings(pack_a, calibrated, 0.4, {"threshold": 0.4, "rule": "test"})
+
+    def threshold(path: Path) -> dict:
+        with PackReader(path) as r:
+            return r.search_defaults
+
+    copy = tmp_path / "copy.kbpack"
+    migrate_json(str(calibrated), "-o", str(copy))
+    assert threshold(copy) == threshold(calibrated)
+    other = tmp_path / "other.kbpack"
+    report = migrate_json(str(calibrated), "-o", str(other), "--model", str(tiny_model_b))
+    assert threshold(other) == {"max_distance": F.DEFAULT_MAX_DISTANCE}
+    assert any("run kbpack calibrate" in n for n in report["notes"])
+    monkeypatch.setattr(F, "PIPELINE_VERSION", F.PIPELINE_VERSION + 1)
+    rechunked = tmp_path / "rechunked.kbpack"
+    report = migrate_json(str(calibrated), "-o", str(rechunked), "--model", str(tiny_model))
+    assert report["documents"]["rechunked"] == 2
+    assert threshold(rechunked) == threshold(calibrated)  # same model: still calibrated

@@ -343,10 +343,13 @@ def _migrate_current(
             f"{len(plan.stale_extractor)} documents were extracted by an older extractor; "
             "migrate cannot re-extract them: run kbpack update PACK SOURCES..."
         )
-    if plan.model_changes and reader.search_defaults.get("calibration"):
+    search = reader.search_defaults
+    if plan.model_changes and (
+        "calibration" in search or search["max_distance"] != F.DEFAULT_MAX_DISTANCE
+    ):
         plan.notes.append(
-            "the refusal threshold was calibrated for the old model; it is reset to the "
-            f"default {F.DEFAULT_MAX_DISTANCE}: run kbpack calibrate on the new pack"
+            f"the refusal threshold {search['max_distance']:g} was set for the old model; the "
+            f"new pack has the default {F.DEFAULT_MAX_DISTANCE}: run kbpack calibrate on it"
         )
     planner = _Planner(contents, embedder, pipeline_stale, plan.model_changes)
     plans: dict[int, _DocPlan] = {}
@@ -390,7 +393,6 @@ def _migrate_current(
         if not plan.model_changes:  # same model: its threshold (and calibration) still hold
             from kbpack.pack.rewrite import rewrite_search_settings
 
-            search = reader.search_defaults
             rewrite_search_settings(out, out, search["max_distance"], search.get("calibration"))
     else:
         written = _copy(reader, contents, out)
