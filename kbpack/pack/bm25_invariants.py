@@ -1,0 +1,199 @@
+"""Verify step 5, **BM25**: parameters, vocabulary, postings and document lengths for every chunk,
+and the postings of (a sample of) chunks against their content re-tokenised.
+
+Re-tokenising costs ~0.2 s per MB of text, so by default a random sample of chunks is
+re-tokenised (``ExamState.bm25_sample``; every chunk in smaller packs or with --deep).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from kbpack.pack import format as F
+from kbpack.pack.exam_state import MAX_ROWS_SHOWN, ExamState
+
+
+class Bm25Invariants(ExamState):
+    """Step 5 on the BM25 parameters, vocabulary and postings."""
+
+    def _check_bm25(self) -> None:
+        a = self.attrs.get(F.BM25)
+        if a is not None:
+            k1: Any = a.get(F.BM25_K1)
+            b: Any = a.get(F.BM25_B)
+            if not (_num(k1) and _num(b) and k1 > 0 and 0 <= b <= 1):
+                self.add("bm25-params", F.BM25, f"k1={k1!r}, b={b!r}: need k1 > 0, 0 <= b <= 1")
+            if a.get(F.BM25_TOKENIZER) != F.TOKENIZER_ID:
+                self.add(
+                    "bm25-tokenizer",
+                    F.BM25,
+                    f"tokenizer {a.get(F.BM25_TOKENIZER)!r} is not {F.TOKENIZER_ID}; "
+                    "this kbpack cannot check the postings",
+                )
+                return
+        blob, offsets = self._col(F.BM25_TERMS_BLOB), self._col(F.BM25_TERMS_OFFSETS)
+        indptr, chunk, tf = self._col(F.BM25_INDPTR), self._col(F.BM25_CHUNK), self._col(F.BM25_TF)
+        doc_len = self._col(F.BM25_DOC_LEN)
+        if any(x is None for x in (blob, offsets, indptr, chunk, tf, doc_len)):
+            return
+        assert blob is not None and offsets is not None and indptr is not None
+        assert chunk is not None and tf is not None and doc_len is not None
+        terms = self._check_terms(blob, offsets.astype(np.int64))
+        n_terms = len(offsets) - 1
+        indptr = indptr.astype(np.int64)
+        n_chunks = self.stats.get("chunks", len(doc_len))
+        if len(indptr) != n_terms + 1 or len(chunk) != len(tf):
+            self.add(
+                "bm25-postings",
+                F.BM25_INDPTR,
+                f"{len(indptr)} indptr entries for {n_terms} terms, {len(chunk)} chunk ids, {len(tf)} tf",
+            )
+            return
+        if len(indptr) == 0 or indptr[0] != 0 or indptr[-1] != len(chunk):
+            self.add(
+                "bm25-postings", F.BM25_INDPTR, "must start at 0 and end at the postings count"
+            )
+            return
+        steps = np.diff(indptr)
+        if self._rows(
+            "bm25-postings",
+            F.BM25_INDPTR,
+            steps <= 0,
+            lambda i: "a term with no postings (indptr must increase)",
+        ):
+            return
+        if self._rows(
+            "bm25-postings",
+            F.BM25_CHUNK,
+            (chunk < 0) | (chunk >= n_chunks),
+            lambda i: f"chunk {int(chunk[i])} of {n_chunks}",
+        ):
+            return
+        starts = np.zeros(len(chunk), dtype=bool)
+        starts[indptr[:-1]] = True
+        self._rows(
+            "bm25-postings",
+            F.BM25_CHUNK,
+            np.r_[False, np.diff(chunk) <= 0] & ~starts if len(chunk) else starts,
+            lambda i: "chunk ids must ascend within a term",
+        )
+        self._rows("bm25-postings", F.BM25_TF, tf < 1, lambda i: f"tf {int(tf[i])} < 1")
+        if len(doc_len) != n_chunks:
+            self.add(
+                "bm25-doc-len", F.BM25_DOC_LEN, f"{len(doc_len)} lengths for {n_chunks} chunks"
+            )
+            return
+        total = np.bincount(chunk, weights=tf, minlength=n_chunks).astype(np.int64)
+        if self._rows(
+            "bm25-doc-len",
+            F.BM25_DOC_LEN,
+            total != doc_len,
+            lambda i: f"{int(doc_len[i])} tokens, but its postings sum to {int(total[i])}",
+        ):
+            return
+        self._retokenise(terms, indptr, chunk, tf, doc_len)
+
+    def _check_terms(self, blob: np.ndarray, offsets: np.ndarray) -> list[bytes] | None:
+        path = F.BM25_TERMS_OFFSETS
+        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(blob):
+            self.add("bm25-terms", path, f"offsets must run from 0 to {len(blob)}")
+            return None
+        if self._rows(
+            "bm25-terms",
+            path,
+            np.r_[False, np.diff(offsets) <= 0],
+            lambda i: "empty or decreasing term",
+        ):
+            return None
+        data = blob.tobytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.add("bm25-terms", F.BM25_TERMS_BLOB, f"not valid UTF-8 at byte {e.start}")
+            return None
+        cut = (blob[offsets[:-1]] & 0xC0) == 0x80
+        if self._rows("bm25-terms", path, cut, lambda i: "starts inside a UTF-8 character"):
+            return None
+        off = offsets.tolist()
+        terms = [data[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+        unsorted = np.array([a >= b for a, b in itertools.pairwise(terms)], dtype=bool)
+        if self._rows(
+            "bm25-terms",
+            F.BM25_TERMS_BLOB,
+            np.r_[False, unsorted],
+            lambda i: f"term {terms[i]!r} is not after {terms[i - 1]!r}",
+        ):
+            return None
+        self.stats["terms"] = len(terms)
+        return terms
+
+    def _retokenise(
+        self,
+        terms: list[bytes] | None,
+        indptr: np.ndarray,
+        chunk: np.ndarray,
+        tf: np.ndarray,
+        doc_len: np.ndarray,
+    ) -> None:
+        """Postings of (a sample of) chunks equal the tokenizer's counts of their content."""
+        from kbpack.lexical import tokenize
+
+        cols = self._same_length(F.CHUNKS, [F.CHUNK_DOCUMENT, F.CHUNK_FROM, F.CHUNK_TO])
+        if terms is None or cols is None:
+            return
+        doc, start, end = cols
+        n = len(doc)
+        if self.bm25_sample is None or n <= self.bm25_sample:
+            sample = np.arange(n)
+        else:
+            rng = np.random.default_rng(secrets.randbits(64))
+            sample = np.sort(rng.choice(n, self.bm25_sample, replace=False))
+        if len(sample) == n:
+            sel = np.argsort(chunk, kind="stable")  # every posting, grouped by chunk
+        else:  # only the sample's postings: no sort of all of them
+            mark = np.zeros(n, dtype=bool)
+            mark[sample] = True
+            sel = np.flatnonzero(mark[chunk])
+            sel = sel[np.argsort(chunk[sel], kind="stable")]
+        sel_chunk = chunk[sel]
+        term_of = np.searchsorted(indptr, sel, side="right") - 1
+        tf_of = tf[sel]
+        first = np.searchsorted(sel_chunk, sample, side="left")
+        last = np.searchsorted(sel_chunk, sample, side="right")
+        bad: list[str] = []
+        n_bad = 0
+        for c, lo, hi in zip(sample.tolist(), first.tolist(), last.tolist(), strict=True):
+            text = self._text(int(doc[c]))
+            if text is None:
+                continue
+            tokens = tokenize(text[int(start[c]) : int(end[c])])
+            stored = {
+                terms[t].decode("utf-8"): f
+                for t, f in zip(term_of[lo:hi].tolist(), tf_of[lo:hi].tolist(), strict=True)
+            }
+            counted = dict(Counter(tokens))
+            if len(tokens) != doc_len[c] or stored != counted:
+                n_bad += 1
+                if len(bad) < MAX_ROWS_SHOWN:
+                    diff = sorted(set(stored.items()) ^ set(counted.items()))[:1]
+                    bad.append(
+                        f"chunk {c}: {len(tokens)} tokens (stored {int(doc_len[c])})"
+                        + (f", term {diff[0][0]!r}" if diff else "")
+                    )
+        self.stats["bm25_retokenised"] = len(sample)
+        if n_bad:
+            more = f" (and {n_bad - len(bad)} more)" if n_bad > len(bad) else ""
+            self.add(
+                "bm25-content-mismatch",
+                F.BM25_CHUNK,
+                "postings differ from the re-tokenised chunk content: " + "; ".join(bad) + more,
+            )
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
