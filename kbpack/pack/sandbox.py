@@ -32,6 +32,8 @@ class Limits:
 
 
 class SandboxFailure(Exception):
+    """The child crashed, hung or ran out of memory; ``code`` is the verify finding code."""
+
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code = code

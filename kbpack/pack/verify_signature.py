@@ -14,6 +14,8 @@ from kbpack.pack.verify_report import HEADER, VerifyReport
 def verify_signature(
     header: Header | None, key: Path | None, required: bool, report: VerifyReport
 ) -> None:
+    """Check the signature when there is one or ``required``; an untrusted key is a note
+    unless a signature is required."""
     if header is None:
         if required:
             report.add(
