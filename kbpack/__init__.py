@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from kbpack.api import Pack
 
 
-def open(path: str, **kwargs: Any) -> Pack:  # noqa: A001 - mirrors the built-in on purpose
+def open(path: str | os.PathLike[str], **kwargs: Any) -> Pack:
     """Open a pack read-only for searching: ``kbpack.open("docs.kbpack").search("...")``."""
     from kbpack.api import Pack
 

@@ -213,13 +213,13 @@ def build_from(
         progress.done()
         writer.set_postings(postings.finish(writer.n_chunks))
         t = timer.add("index", t)
-        result = writer.commit()
+        committed = writer.commit()
         timer.add("write", t)
 
     return BuildReport(
-        path=result.path,
-        size=result.size,
-        counts=result.counts,
+        path=committed.path,
+        size=committed.size,
+        counts=committed.counts,
         failed=failed,
         skipped=skipped,
         warnings=warnings,

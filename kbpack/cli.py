@@ -95,7 +95,7 @@ class CommandError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
 
     def show(self, file: Any = None) -> None:
         click.echo(f"kbpack: error: {self.message}", err=True)

@@ -41,3 +41,9 @@ class ExtractionError(KbpackError):
         super().__init__(reason)
         self.reason = reason
         self.stage = stage
+
+
+def describe(e: BaseException) -> str:
+    """``"TypeName: first line of the message"``: how a foreign exception is shown in one line."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")

@@ -157,7 +157,7 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
     """Pack the best sources under the token budget; the citation table stays outside the prompt."""
     count = p.embedder.count_tokens if p.embedder is not None else (lambda s: len(s) // 4 + 1)
     used = 0
-    sources = []
+    sources: list[tuple[Any, str]] = []
     for r in resp.results:
         block = f"[{len(sources) + 1}] {r.doc} — {r.section or r.title}\n{r.content}\n"
         cost = count(block)

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.errors import describe
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, plain
 from kbpack.pack.exam_state import MAX_ROWS_SHOWN, ExamState
-from kbpack.pack.structure import _one_line
 
 NORM_TOLERANCE = 1e-2  # float16 storage keeps unit norms within ~1e-3
 READ_BLOCK_BYTES = 16 * 2**20
@@ -39,7 +39,7 @@ class ElementDigests(ExamState):
             except MemoryError:
                 raise
             except Exception as e:
-                self.add("element-unreadable", el.path, _one_line(e))
+                self.add("element-unreadable", el.path, describe(e))
         present = self.readable | {"/"}
         for key in sorted(self.elements):
             base = key.removesuffix("@attrs")

@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kbpack.errors import describe
 from kbpack.pack import format as F
 from kbpack.pack.bm25_invariants import Bm25Invariants
 from kbpack.pack.element_digests import ElementDigests
 from kbpack.pack.invariants import Invariants
 from kbpack.pack.manifest import Header
-from kbpack.pack.structure import Finding, _one_line, check_structure
+from kbpack.pack.structure import Finding, check_structure
 from kbpack.pack.vector_invariants import VectorInvariants
 from kbpack.pack.verify_report import VerifyReport
 
@@ -68,7 +69,7 @@ def examine(
         h = h5py.File(path, "r", locking=False)
     except Exception as e:
         out["structure"] = [
-            Finding("hdf5-unreadable", "/", f"HDF5 cannot open it: {_one_line(e)}").as_dict()
+            Finding("hdf5-unreadable", "/", f"HDF5 cannot open it: {describe(e)}").as_dict()
         ]
         out["stopped"] = "HDF5 cannot open the file"
     else:
@@ -120,7 +121,7 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
             structure = check_structure(h, self.counts, self.file_size)
             hard = _hard_paths(h)
         except Exception as e:
-            out["structure"] = [Finding("hdf5-unreadable", "/", _one_line(e)).as_dict()]
+            out["structure"] = [Finding("hdf5-unreadable", "/", describe(e)).as_dict()]
             out["stopped"] = "HDF5 metadata cannot be read"
             return
         out["structure"] = [f.as_dict() for f in structure]
@@ -146,7 +147,7 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
                 except MemoryError:
                     self.add("memory-limit", F.VEC_DATA, "over the verify memory limit")
                 except Exception as e:
-                    self.add("element-unreadable", F.VEC_DATA, _one_line(e))
+                    self.add("element-unreadable", F.VEC_DATA, describe(e))
                 out["digests"] += self._take()
             self._step(self.late_invariants, h)
             out["invariants"] += self._take()
@@ -160,7 +161,7 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
         except MemoryError:
             self.add("memory-limit", "/", "the pack needs more memory than the verify limit")
         except Exception as e:  # a crafted file can make any read fail: one finding, go on
-            self.add("element-unreadable", "/", _one_line(e))
+            self.add("element-unreadable", "/", describe(e))
 
     def invariants(self, h: Any) -> None:
         self._run_checks(
@@ -183,7 +184,7 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
             except MemoryError:
                 raise
             except Exception as e:
-                self.add("check-failed", "/", f"{check.__name__[7:]}: {_one_line(e)}")
+                self.add("check-failed", "/", f"{check.__name__[7:]}: {describe(e)}")
 
 
 def _within(path: str, refused: str) -> bool:

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.errors import KbpackError, PackError
+from kbpack.errors import KbpackError, PackError, describe
 from kbpack.pack import format as F
+from kbpack.pack.digest import plain
 from kbpack.pack.manifest import Header, read_header
 from kbpack.pack.structure import check_structure
 
@@ -46,8 +47,7 @@ def hdf5_errors(where: str) -> Iterator[None]:
         AttributeError,
         SystemError,  # h5py's lock can surface a crafted file's error this way (CVE-2024-32618)
     ) as e:
-        first = (str(e).strip().splitlines() or [""])[0]
-        raise PackError(f"{where}: HDF5 data cannot be read ({type(e).__name__}: {first})") from e
+        raise PackError(f"{where}: HDF5 data cannot be read ({describe(e)})") from e
 
 
 class PackReader:
@@ -110,7 +110,7 @@ class PackReader:
         with hdf5_errors(self.where):
             if path not in self.h5:
                 return {}
-            return {k: _plain(v) for k, v in self.h5[path].attrs.items()}
+            return {k: plain(v) for k, v in self.h5[path].attrs.items()}
 
     @cached_property
     def root_attrs(self) -> dict[str, Any]:
@@ -228,11 +228,3 @@ class PackReader:
                 for at in range(0, ds.shape[0], step):
                     f.write(ds[at : at + step].tobytes())
             os.replace(tmp, out)
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, np.generic):
-        return v.item()
-    return v

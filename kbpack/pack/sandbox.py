@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kbpack.pack.structure import _one_line
+from kbpack.errors import describe
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Isolated:
             except MemoryError:
                 payload = {"error": "sandbox-memory", "detail": "over the verify memory limit"}
             except BaseException as e:
-                payload = {"error": "hdf5-unreadable", "detail": _one_line(e)}
+                payload = {"error": "hdf5-unreadable", "detail": describe(e)}
             try:
                 view = memoryview(json.dumps(payload).encode())
                 while view:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.errors import describe
 from kbpack.pack import format as F
 
 ALLOWED_FILTERS = {1, 2, 3}  # H5Z_FILTER_DEFLATE, SHUFFLE, FLETCHER32
@@ -60,7 +61,7 @@ def check_structure(h: Any, counts: dict[str, int], file_size: int) -> list[Find
         try:
             obj = h.get(path, getclass=False)
         except Exception as e:
-            findings.append(Finding("unreadable-object", path, _one_line(e)))
+            findings.append(Finding("unreadable-object", path, describe(e)))
             continue
         is_group = isinstance(obj, h5py.Group)
         if bool(el.dtype) == is_group or not isinstance(obj, h5py.Group | h5py.Dataset):
@@ -94,7 +95,7 @@ def _check_attrs(obj: Any, path: str) -> list[Finding]:
                     Finding("attribute-not-allowed", path, f"attribute {name!r} has type {dt}")
                 )
     except Exception as e:
-        out.append(Finding("unreadable-attributes", path, _one_line(e)))
+        out.append(Finding("unreadable-attributes", path, describe(e)))
     return out
 
 
@@ -147,8 +148,3 @@ def _check_dataset(ds: Any, el: F.Element, counts: dict[str, int], file_size: in
             )
         )
     return out
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
