@@ -176,7 +176,16 @@ def render_report(report: Any) -> str:
         ),
         ("terms", c["terms"]),
         ("time", stages),
+        ("peak memory", f"{report.peak_rss_mb:.0f} MB"),
     ]
+    if report.reused_documents:
+        rows.insert(
+            2,
+            (
+                "reused",
+                f"{report.reused_documents} unchanged documents; {report.vectors_embedded} chunks embedded",
+            ),
+        )
     lines = [table(rows)]
     for f in report.failed:
         lines.append(f"  failed   {f['name']}: {f['reason']}")
