@@ -144,8 +144,13 @@ def build_from(
 
     identity = embedder.identity.as_dict() if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
+    chunking = {"window": config.window, "max_chars": config.max_chars, "overlap": config.overlap}
     with PackWriter(
-        opts.out, model=identity, dims=embedder.dims if embedder else None, gguf=gguf
+        opts.out,
+        model=identity,
+        dims=embedder.dims if embedder else None,
+        gguf=gguf,
+        chunking=chunking,
     ) as writer:
 
         def flush() -> None:

@@ -13,7 +13,7 @@ rebuilt with another model unless asked.
 
 The result is written by the same pipeline as ``build`` (``build_from``), so it holds what a
 fresh build of the same sources holds; ``kbpack diff`` says so. One assumption: the chunking
-options (``--max-chars``, ``--overlap``) are those of the old pack, which does not record them.
+options (``--max-chars``, ``--overlap``) are those recorded in the old pack unless given.
 """
 
 from __future__ import annotations
@@ -44,11 +44,14 @@ def with_pack_model(reader: PackReader, opts: BuildOptions) -> tuple[BuildOption
     Without ``--model``, update keeps the pack's model: the default model when that is the
     pack's, else the model the pack carries (``--embed-model``); a pack made with another
     model is refused rather than silently re-embedded with the default one. A pack that
-    carries its model keeps carrying it while the model stays the same.
+    carries its model keeps carrying it while the model stays the same. A BM25-only pack stays
+    BM25-only unless ``--model`` is given.
     """
     from kbpack.embed import default_model_path, sha256_file
 
     stamp = reader.model
+    if stamp is None and opts.model is None:
+        opts = replace(opts, vectors=False, embed_model=False)  # BM25-only stays BM25-only
     if not opts.vectors:
         return opts, None
     carry = opts.embed_model
@@ -168,6 +171,10 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
     """
     candidates, skipped = discover(opts.sources, opts.include, opts.exclude)
     with PackReader(old) as reader:
+        if opts.max_chars is None and opts.overlap == 0:
+            # not given on the command line: chunk as the old pack was chunked
+            recorded = reader.chunking
+            opts = replace(opts, max_chars=recorded["max_chars"], overlap=recorded["overlap"])
         contents = PackContents(reader)
         opts, model_sha = with_pack_model(reader, opts)
         hooks = _Reuse(contents)

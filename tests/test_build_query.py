@@ -326,3 +326,29 @@ def test_sigkill_never_leaves_a_partial_pack_at_the_output_path(
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert out.read_bytes() == b"old pack"
+
+
+def test_chunking_settings_are_recorded_and_reused_by_update(corpus: Path, tmp_path: Path) -> None:
+    from kbpack.pack.read import PackReader
+
+    first = tmp_path / "a.kbpack"
+    code, _, _ = run(
+        "build", str(corpus), "-o", str(first), "--no-vectors", "--max-chars", "120", "-q"
+    )
+    assert code == 0
+    with PackReader(first) as r:
+        assert r.chunking == {"window": None, "max_chars": 120, "overlap": 0}
+    (corpus / "notes.txt").write_text(DOCS["notes.txt"] + "\nOne more line about EU-WEST-2.\n")
+    try:
+        updated, fresh = tmp_path / "u.kbpack", tmp_path / "f.kbpack"
+        assert run("update", str(first), str(corpus), "-o", str(updated), "-q")[0] == 0
+        assert (
+            run("build", str(corpus), "-o", str(fresh), "--no-vectors", "--max-chars", "120", "-q")[
+                0
+            ]
+            == 0
+        )
+        code, stdout, _ = run("diff", str(updated), str(fresh))
+        assert code == 0, stdout
+    finally:
+        (corpus / "notes.txt").write_text(DOCS["notes.txt"])

@@ -114,6 +114,7 @@ BM25_TOKENIZER = "tokenizer"
 TOKENIZER_ID = "kbpack-words-1"
 
 CHUNK_HEADER_RULE = "embedded_text_rule"
+CHUNKING = "chunking"  # JSON: {"window": int|null, "max_chars": int|null, "overlap": int}
 EMBEDDED_TEXT_RULE = (
     "header + '\\n\\n' + content; header = ' > '.join([document title] + section path), "
     "whitespace collapsed, empty or repeated consecutive titles dropped, cut to 200 characters "

@@ -179,11 +179,14 @@ def _sha(model: dict[str, Any] | None) -> str | None:
     return None if model is None else str(model[F.M_SHA256])
 
 
-def _config(embedder: Any | None) -> ChunkConfig:
-    """The chunking a default build uses (see build_from): the model's window, or characters."""
+def _config(embedder: Any | None, recorded: dict[str, Any] | None = None) -> ChunkConfig:
+    """The chunking of a build with the pack's recorded settings (see build_from): the new
+    model's window, or characters without a model."""
+    rec = recorded or {}
+    max_chars, overlap = rec.get("max_chars"), int(rec.get("overlap") or 0)
     if embedder is None:
-        return ChunkConfig(window=None, max_chars=1500, overlap=0)
-    return ChunkConfig(window=embedder.window, max_chars=None, overlap=0)
+        return ChunkConfig(window=None, max_chars=max_chars or 1500, overlap=overlap)
+    return ChunkConfig(window=embedder.window, max_chars=max_chars, overlap=overlap)
 
 
 class _Planner:
@@ -203,7 +206,7 @@ class _Planner:
         stamp = contents.r.model
         self.old_window = int(stamp[F.M_WINDOW]) if stamp else None
         self.count = embedder.count_tokens if embedder else None
-        self.config = _config(embedder)
+        self.config = _config(embedder, contents.r.chunking)
         self.problems: list[str] = []
 
     def plan(self, row: int) -> _DocPlan:
@@ -501,7 +504,12 @@ def _copy(
             stack.callback(gguf.unlink, missing_ok=True)
             reader.write_gguf(gguf)
         with PackWriter(
-            out, model=stamp, dims=dims, gguf=gguf, created=reader.manifest.created
+            out,
+            model=stamp,
+            dims=dims,
+            gguf=gguf,
+            created=reader.manifest.created,
+            chunking=reader.chunking,
         ) as writer:
             for row in contents:
                 doc = contents.document(row)

@@ -149,6 +149,20 @@ class PackReader:
         return out
 
     @cached_property
+    def chunking(self) -> dict[str, Any]:
+        """The chunking settings the pack was built with (window, max_chars, overlap); packs
+        written before they were recorded read as the defaults of that time."""
+        raw = self.attrs(F.CHUNKS).get(F.CHUNKING)
+        out: dict[str, Any] = {"window": None, "max_chars": None, "overlap": 0}
+        if isinstance(raw, str):
+            with contextlib.suppress(ValueError, TypeError):
+                got = json.loads(raw)
+                for key in out:
+                    if isinstance(got.get(key), int) and not isinstance(got.get(key), bool):
+                        out[key] = got[key]
+        return out
+
+    @cached_property
     def bm25_params(self) -> tuple[float, float]:
         a = self.attrs(F.BM25)
         return float(a.get(F.BM25_K1, 1.2)), float(a.get(F.BM25_B, 0.75))

@@ -89,6 +89,7 @@ class PackWriter:
         dims: int | None = None,
         gguf: Path | None = None,
         created: str | None = None,
+        chunking: Mapping[str, Any] | None = None,
     ) -> None:
         if (model is None) != (dims is None):
             raise ValueError(
@@ -102,6 +103,7 @@ class PackWriter:
         self.model = dict(model) if model else None
         self.dims = dims
         self.gguf = gguf
+        self.chunking = dict(chunking) if chunking else None
         self.created = created or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
         self.tmp = temp_path_for(self.out)
         self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
@@ -336,6 +338,8 @@ class PackWriter:
                     attrs.update({F.BM25_K1: 1.2, F.BM25_B: 0.75, F.BM25_TOKENIZER: F.TOKENIZER_ID})
                 elif el.path == F.CHUNKS:
                     attrs[F.CHUNK_HEADER_RULE] = F.EMBEDDED_TEXT_RULE
+                    if self.chunking is not None:
+                        attrs[F.CHUNKING] = json.dumps(self.chunking, sort_keys=True)
                 elif el.path == F.SEARCH:
                     attrs.update(self._search)
                 elif el.path == F.VECTORS:
