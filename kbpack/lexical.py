@@ -159,16 +159,23 @@ class PostingsBuilder:
         rank = np.empty(len(terms), dtype=np.int64)
         rank[[self._vocab[t] for t in terms]] = np.arange(len(terms), dtype=np.int64)
         self._vocab = {}
-        term_rank = rank[np.frombuffer(self._term, dtype=np.int32)]
+        # A build's memory peaks here (85M postings at 1M chunks): ranks are int32 and every
+        # array is dropped once used, ~4 bytes per posting less at the peak (~0.35 GB at 1M).
+        term_rank = rank.astype(np.int32)[np.frombuffer(self._term, dtype=np.int32)]
+        self._term = array("i")
         # Chunk ids were appended in ascending order, so a stable sort by term keeps them sorted.
         order = np.argsort(term_rank, kind="stable")
         counts = np.bincount(term_rank, minlength=len(terms))
+        del term_rank
         indptr = np.zeros(len(terms) + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         chunk = np.frombuffer(self._chunk, dtype=np.int32)[order]
+        self._chunk = array("i")
         tf = np.frombuffer(self._tf, dtype=np.int32)[order]
+        self._tf = array("i")
+        del order
         doc_len = np.frombuffer(self._doc_len, dtype=np.int32).copy()
-        self._term = self._chunk = self._tf = self._doc_len = array("i")
+        self._doc_len = array("i")
         return Postings(terms=terms, indptr=indptr, chunk=chunk, tf=tf, doc_len=doc_len)
 
 
