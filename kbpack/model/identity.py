@@ -4,7 +4,10 @@ The name is for people; the hash is the identity."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -60,6 +63,23 @@ class ModelIdentity:
 
 
 def sha256_file(path: Path) -> str:
+    """SHA-256 of a file, memoised by (real path, size, mtime): in the process, and in the
+    cache folder, so that a cold ``kbpack query`` does not hash a 46 MB model (twice) every
+    time. Any change to the file changes its size or mtime, and so its key."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
+    if key in _MEMO:
+        return _MEMO[key]
+    memo = _memo_path(key[0])
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        saved = json.loads(memo.read_text())
+        if (saved["size"], saved["mtime_ns"]) == key[1:] and len(saved["sha256"]) == 64:
+            _MEMO[key] = str(saved["sha256"])
+            return _MEMO[key]
     h = hashlib.sha256()
     try:
         with path.open("rb") as f:
@@ -67,7 +87,23 @@ def sha256_file(path: Path) -> str:
                 h.update(chunk)
     except OSError as e:
         raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
-    return h.hexdigest()
+    _MEMO[key] = h.hexdigest()
+    with contextlib.suppress(OSError):  # a read-only cache only costs speed
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"size": key[1], "mtime_ns": key[2], "sha256": _MEMO[key]}))
+        os.replace(tmp, memo)
+    return _MEMO[key]
+
+
+_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def _memo_path(real_path: str) -> Path:
+    from kbpack.model.cache import cache_dir  # cache imports this module
+
+    name = hashlib.sha256(real_path.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return cache_dir() / "hashes" / f"{name}.json"
 
 
 def llama_cpp_version() -> str:
