@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.lexical import TermLookup, bm25_scores, length_norms, tokenize, top_k
+from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tokenize, top_k
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
@@ -116,6 +116,8 @@ class Searcher:
         self._lookup: TermLookup | None = None
         self._qcache: tuple[str, np.ndarray] | None = None
         self._norms: np.ndarray | None = None
+        self._index: BM25Index | None = None
+        self._bm25_queries = 0
 
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -125,18 +127,34 @@ class Searcher:
         k1, b = r.bm25_params
         if self._norms is None:  # per pack, not per query
             self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
-        # indptr is small (one int per term) and read whole; postings are sliced per term.
-        ids, scores = bm25_scores(
-            query,
-            self._lookup,
-            r.column(F.BM25_INDPTR),
-            r.dataset(F.BM25_CHUNK),
-            r.dataset(F.BM25_TF),
-            r.column(F.BM25_DOC_LEN),
-            k1=k1,
-            b=b,
-            norms=self._norms,
-        )
+        self._bm25_queries += 1
+        if self._bm25_queries == 2 and self._index is None:
+            # A second query means batch mode or the API: bake every posting's score once (one
+            # read of the postings) so each later query only sums slices (bench/bm25.py).
+            self._index = BM25Index(
+                self._lookup,
+                r.column(F.BM25_INDPTR),
+                r.dataset(F.BM25_CHUNK),
+                r.dataset(F.BM25_TF),
+                r.column(F.BM25_DOC_LEN),
+                k1=k1,
+                b=b,
+            )
+        if self._index is not None:
+            ids, scores = self._index.scores(query)
+        else:
+            # One query: read only its terms' postings (indptr is one int per term, read whole).
+            ids, scores = bm25_scores(
+                query,
+                self._lookup,
+                r.column(F.BM25_INDPTR),
+                r.dataset(F.BM25_CHUNK),
+                r.dataset(F.BM25_TF),
+                r.column(F.BM25_DOC_LEN),
+                k1=k1,
+                b=b,
+                norms=self._norms,
+            )
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]

@@ -352,3 +352,14 @@ def test_chunking_settings_are_recorded_and_reused_by_update(corpus: Path, tmp_p
         assert code == 0, stdout
     finally:
         (corpus / "notes.txt").write_text(DOCS["notes.txt"])
+
+
+def test_batch_bm25_path_ranks_like_the_single_query_path(pack: Path) -> None:
+    """From the second query on, BM25 uses baked scores; the ranking must not change."""
+    import kbpack
+
+    queries = ["service user", "ZIP_DEFLATED compression", "logs rotated handler", "service user"]
+    with kbpack.open(pack, load_model=False) as p:
+        first = [p.search(q, mode="bm25", k=10).as_dict()["results"] for q in queries]
+        again = [p.search(q, mode="bm25", k=10).as_dict()["results"] for q in queries]
+    assert first[0] and first == again and first[0] == first[3]
