@@ -13,7 +13,7 @@ evaluation questions, embedded once by the default model), top 100 (kbpack's can
 
 Each size is measured with 1 and with 2 BLAS/OpenMP threads (threadpoolctl limits numpy's and
 faiss's pools alike): on a shared 2-core machine one thread is the steadier figure.
-The three are run interleaved, query by query, in rotating order; medians are reported with
+The three are run interleaved, query by query, cycling through all six orders; medians are reported with
 the ratio kbpack / numpy (target <= 1.2) and kbpack / faiss, plus the one-off cost of loading
 the float16 vectors as float32 (the first dense query of a process pays it) and the top-100
 agreement (must be 1.0: all three are exact).
@@ -25,6 +25,7 @@ agreement (must be 1.0: all three are exact).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -122,10 +123,12 @@ def measure_one(size: int, texts: list[str], qv: np.ndarray, repeat: int) -> dic
         }
         times: dict[str, list[float]] = {name: [] for name in engines}
         agree: dict[str, list[float]] = {"numpy": [], "faiss": []}
-        names = list(engines)
+        # Every order in turn, so no engine always runs right after the same one (faiss's
+        # OpenMP threads keep spinning for a while after a search and slow whatever follows).
+        orders = list(itertools.permutations(engines))
         for rep in range(repeat):
             for i in range(len(texts)):
-                order = names[(i + rep) % 3 :] + names[: (i + rep) % 3]
+                order = orders[(i + rep * len(texts)) % len(orders)]
                 got: dict[str, np.ndarray] = {}
                 for name in order:
                     t = time.perf_counter()
