@@ -127,34 +127,24 @@ class Searcher:
         k1, b = r.bm25_params
         if self._norms is None:  # per pack, not per query
             self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
+        # (lookup, indptr, chunk, tf, doc_len): postings are h5py datasets, sliced per term
+        postings = (
+            self._lookup,
+            r.column(F.BM25_INDPTR),
+            r.dataset(F.BM25_CHUNK),
+            r.dataset(F.BM25_TF),
+            r.column(F.BM25_DOC_LEN),
+        )
         self._bm25_queries += 1
         if self._bm25_queries == 2 and self._index is None:
             # A second query means batch mode or the API: bake every posting's score once (one
             # read of the postings) so each later query only sums slices (bench/bm25.py).
-            self._index = BM25Index(
-                self._lookup,
-                r.column(F.BM25_INDPTR),
-                r.dataset(F.BM25_CHUNK),
-                r.dataset(F.BM25_TF),
-                r.column(F.BM25_DOC_LEN),
-                k1=k1,
-                b=b,
-            )
+            self._index = BM25Index(*postings, k1=k1, b=b)
         if self._index is not None:
             ids, scores = self._index.scores(query)
         else:
             # One query: read only its terms' postings (indptr is one int per term, read whole).
-            ids, scores = bm25_scores(
-                query,
-                self._lookup,
-                r.column(F.BM25_INDPTR),
-                r.dataset(F.BM25_CHUNK),
-                r.dataset(F.BM25_TF),
-                r.column(F.BM25_DOC_LEN),
-                k1=k1,
-                b=b,
-                norms=self._norms,
-            )
+            ids, scores = bm25_scores(query, *postings, k1=k1, b=b, norms=self._norms)
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]

@@ -150,26 +150,8 @@ def export(pack: Path, what: str, jsonl: bool) -> int:
 def iter_records(r: Any, what: str) -> Any:
     names = r.strings(F.DOC_NAME)
     if what == "documents":
-        cols = {
-            k: r.strings(f"{F.DOCUMENTS}/{k}")
-            for k in (
-                "name",
-                "source_path",
-                "media_type",
-                "source_sha256",
-                "title",
-                "extractor",
-                "status",
-                "reason",
-                "stage",
-                "decoding",
-                "text_sha256",
-            )
-        }
-        nums = {
-            k: r.column(f"{F.DOCUMENTS}/{k}")
-            for k in ("source_size", "extractor_version", "replaced")
-        }
+        cols = {k: r.strings(f"{F.DOCUMENTS}/{k}") for k in F.DOC_STRING_COLUMNS if k != "warnings"}
+        nums = {k: r.column(f"{F.DOCUMENTS}/{k}") for k in F.DOC_INT_COLUMNS}
         warnings = r.strings(F.DOC_WARNINGS)
         for i in range(len(names)):
             rec = {k: v[i] for k, v in cols.items()}

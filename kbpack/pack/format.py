@@ -128,6 +128,23 @@ DEFAULT_MAX_DISTANCE = 0.675  # cosine distance; see README "Refusal" for where 
 
 STATUSES = ("ok", "failed", "skipped")
 
+# Per-document columns other than the canonical text, by type (the writer and export share them).
+DOC_STRING_COLUMNS = (
+    "name",
+    "source_path",
+    "media_type",
+    "source_sha256",
+    "title",
+    "extractor",
+    "status",
+    "reason",
+    "stage",
+    "decoding",
+    "warnings",
+    "text_sha256",
+)
+DOC_INT_COLUMNS = {"source_size": "<i8", "extractor_version": "<i4", "replaced": "<i8"}
+
 
 @dataclass(frozen=True)
 class Element:

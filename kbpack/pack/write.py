@@ -437,21 +437,8 @@ class PackWriter:
         self._describe(ds, F.ELEMENT_BY_PATH[F.MODEL_GGUF], elements)
 
 
-_DOC_STR = (
-    "name",
-    "source_path",
-    "media_type",
-    "source_sha256",
-    "title",
-    "extractor",
-    "status",
-    "reason",
-    "stage",
-    "decoding",
-    "warnings",
-    "text_sha256",
-)
-_DOC_INT_TYPES = {"source_size": "<i8", "extractor_version": "<i4", "replaced": "<i8"}
+_DOC_STR = F.DOC_STRING_COLUMNS
+_DOC_INT_TYPES = F.DOC_INT_COLUMNS
 _DOC_INT = tuple(_DOC_INT_TYPES)
 _SEC_COLS = {"document": "<i4", "parent": "<i4", "level": "i1", "from": "<i8", "to": "<i8"}
 _PAGE_COLS = {"document": "<i4", "number": "<i4", "from": "<i8", "to": "<i8"}
