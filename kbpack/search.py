@@ -106,6 +106,13 @@ def code_like_terms(query: str) -> list[str]:
     return [w for w in words if w and _CODE_LIKE.search(w)]
 
 
+def holds_all_codes(content: str, codes: Sequence[str]) -> bool:
+    """The refusal gate's identifier rule: ``content`` holds every code-like query term, each as
+    whole tokens (so ``SIGKILL`` does not match ``SIGKILLED``)."""
+    tokens = set(tokenize(content))
+    return all(set(tokenize(code)) <= tokens for code in codes)
+
+
 class Searcher:
     """Search over one open pack. ``embedder`` is None when dense search cannot run."""
 
@@ -294,8 +301,7 @@ class Searcher:
         )
 
     def _holds_all(self, chunk: int, codes: list[str]) -> bool:
-        tokens = set(tokenize(self.r.chunk_content(chunk)))
-        return all(set(tokenize(code)) <= tokens for code in codes)
+        return holds_all_codes(self.r.chunk_content(chunk), codes)
 
     def _result(
         self,

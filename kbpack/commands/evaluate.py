@@ -269,16 +269,15 @@ def _grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
 def _gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
     """The query's ranking as the refusal gate sees it (see kbpack.search: a hybrid result that
     holds every code-like query term passes whatever its distance)."""
-    from kbpack.lexical import tokenize
-    from kbpack.search import code_like_terms
+    from kbpack.search import code_like_terms, holds_all_codes
 
     resp = pack.search(query, k=GATE_DEPTH, mode=mode, refuse=False)
-    codes = [set(tokenize(c)) for c in code_like_terms(query)] if mode == "hybrid" else []
+    codes = code_like_terms(query) if mode == "hybrid" else []
     want = E.normalize(needle) if needle else None
     distances, hits = [], []
     for r in resp.results:
         d = math.inf if r.distance is None else float(r.distance)
-        if codes and all(c <= set(tokenize(r.content)) for c in codes):
+        if codes and holds_all_codes(r.content, codes):
             d = -math.inf
         distances.append(d)
         hits.append(want is not None and want in E.normalize(r.content))
