@@ -11,7 +11,8 @@ list at any weight reorders the dense top ranks (RRF gaps between adjacent ranks
 
 Refusal gate: a result is good enough when its cosine distance is at most the threshold; in
 hybrid mode a chunk whose text holds every code-like query term is good enough whatever its
-distance (exact identifiers are answers even when the embedding does not know them). In bm25
+distance (exact identifiers are answers even when the embedding does not know them), provided
+one of those terms is rare in the pack (see ``Searcher.gate_terms``). In bm25
 mode (or a lexical-only fallback) a chunk must hold at least one query term.
 """
 
@@ -33,6 +34,8 @@ RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 LEXICAL_WEIGHT_PLAIN = 0.25
 LEXICAL_DEPTH_PLAIN = 3
+RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
+RARE_MIN = 5
 MODES = ("hybrid", "dense", "bm25")
 
 # An inner capital (PostgreSQL, GitHub) is not code-like: names like these are ordinary words
@@ -247,6 +250,7 @@ class Searcher:
         }
 
         codes = code_like_terms(query)
+        gate = self.gate_terms(query) if (refuse and mode_used == "hybrid") else []
         if mode_used == "hybrid":
             if codes:
                 ordered = rrf([list(de_rank), list(bm_rank)], [1.0, 1.0])
@@ -275,7 +279,7 @@ class Searcher:
                 return c in bm_rank
             if dist.get(c, 2.0) <= threshold:
                 return True
-            return mode_used == "hybrid" and bool(codes) and self._holds_all(c, codes)
+            return mode_used == "hybrid" and bool(gate) and self._holds_all(c, gate)
 
         results: list[Result] = []
         for c, score in ordered:
@@ -299,6 +303,28 @@ class Searcher:
             lexical_only=lexical_only,
             notes=notes,
         )
+
+    def gate_terms(self, query: str) -> list[str]:
+        """The code-like query terms that may open the refusal gate, or [] when none may.
+
+        They may when at least one of them is rare in this pack (in at most
+        ``RARE_SHARE`` of the chunks, or ``RARE_MIN`` chunks): a rare identifier typed exactly is
+        an answer; an acronym found everywhere (NULL, JSON) is not evidence of one.
+        """
+        codes = code_like_terms(query)
+        if not codes:
+            return []
+        r = self.r
+        if self._lookup is None:
+            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
+        indptr = r.column(F.BM25_INDPTR)
+        limit = max(RARE_MIN, RARE_SHARE * len(r.column(F.BM25_DOC_LEN)))
+        for code in codes:
+            whole = tokenize(code)[:1]
+            row = self._lookup.find(whole[0]) if whole else None
+            if row is not None and 0 < indptr[row + 1] - indptr[row] <= limit:
+                return codes
+        return []
 
     def _holds_all(self, chunk: int, codes: list[str]) -> bool:
         return holds_all_codes(self.r.chunk_content(chunk), codes)

@@ -50,3 +50,22 @@ def test_locators() -> None:
 )
 def test_code_like_terms(query: str, codes: list[str]) -> None:
     assert code_like_terms(query) == codes
+
+
+def test_only_a_rare_identifier_opens_the_refusal_gate(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An acronym found in most chunks (JSON here) is no evidence of an answer; SIGKILL is."""
+    import kbpack
+    from tests.packs import markdown_doc, write_pack
+
+    docs = [
+        markdown_doc(f"d{i}.md", f"# Doc {i}\n\nThe API returns JSON for request {i}.\n")
+        for i in range(12)
+    ]
+    docs.append(markdown_doc("k.md", "# Kill\n\nThe process got SIGKILL from the kernel.\n"))
+    out = tmp_path / "g.kbpack"
+    write_pack(out, docs)
+    with kbpack.open(out, load_model=False) as p:
+        assert p.searcher.gate_terms("does it return JSON") == []
+        assert p.searcher.gate_terms("why SIGKILL") == ["SIGKILL"]
+        assert p.searcher.gate_terms("SIGKILL and JSON") == ["SIGKILL", "JSON"]
+        assert p.searcher.gate_terms("how do I rotate logs") == []

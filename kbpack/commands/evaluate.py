@@ -269,10 +269,10 @@ def _grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
 def _gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
     """The query's ranking as the refusal gate sees it (see kbpack.search: a hybrid result that
     holds every code-like query term passes whatever its distance)."""
-    from kbpack.search import code_like_terms, holds_all_codes
+    from kbpack.search import holds_all_codes
 
     resp = pack.search(query, k=GATE_DEPTH, mode=mode, refuse=False)
-    codes = code_like_terms(query) if mode == "hybrid" else []
+    codes = pack.searcher.gate_terms(query) if mode == "hybrid" else []
     want = E.normalize(needle) if needle else None
     distances, hits = [], []
     for r in resp.results:
