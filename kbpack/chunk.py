@@ -20,6 +20,7 @@ by moving offsets, never by editing text: ``doc.text[c.start:c.end]`` is the con
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -340,26 +341,14 @@ class _Chunker:
         """Largest ``g`` in [i, len(units)] with units[i:g] fitting (``i`` when none does), and
         its token count. Starts from the estimate ``j``: gallops up, or bisects down."""
         n, s = len(units), units[i][0]
-        t = self.measure(s, units[j - 1][1])
+
+        def fits(g: int) -> int | None:
+            return self.measure(s, units[g - 1][1])
+
+        t = fits(j)
         if t is None:
-            lo, lo_t, hi = i, None, j
-        else:
-            lo, lo_t, hi, step = j, t, n + 1, 1
-            while lo < n:
-                cand = min(n, lo + step)
-                t = self.measure(s, units[cand - 1][1])
-                if t is None:
-                    hi = cand
-                    break
-                lo, lo_t, step = cand, t, step * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            t = self.measure(s, units[mid - 1][1])
-            if t is None:
-                hi = mid
-            else:
-                lo, lo_t = mid, t
-        return lo, lo_t
+            return _bisect(i, None, j, fits)
+        return _gallop(j, t, n, 1, fits)
 
     def split_unit(self, unit: tuple[int, int], cost: float, level: int) -> None:
         s, e = unit
@@ -385,21 +374,7 @@ class _Chunker:
         )
         p = s
         while p < e:
-            good, good_t, hi, step = p, None, e + 1, 16
-            while good < e:  # gallop up from a small piece, then bisect
-                cand = min(e, good + step)
-                t = self.measure(p, cand)
-                if t is None:
-                    hi = cand
-                    break
-                good, good_t, step = cand, t, step * 2
-            while hi - good > 1:
-                mid = (good + hi) // 2
-                t = self.measure(p, mid)
-                if t is None:
-                    hi = mid
-                else:
-                    good, good_t = mid, t
+            good, good_t = _gallop(p, None, e, 16, functools.partial(self.measure, p))
             if good == p:
                 good, good_t = p + 1, None
                 self.problems.append(
@@ -413,3 +388,34 @@ class _Chunker:
                 good_t = None
             self.emit(p, cut, good_t)
             p = cut
+
+
+Measure = Callable[[int], "int | None"]
+
+
+def _gallop(
+    lo: int, lo_t: int | None, limit: int, step: int, fits: Measure
+) -> tuple[int, int | None]:
+    """Largest ``x`` in [lo, limit] with ``fits(x)`` not None (``lo`` when none above it does),
+    and its token count: gallop up from ``lo`` by doubling steps, then bisect."""
+    hi = limit + 1
+    while lo < limit:
+        cand = min(limit, lo + step)
+        t = fits(cand)
+        if t is None:
+            hi = cand
+            break
+        lo, lo_t, step = cand, t, step * 2
+    return _bisect(lo, lo_t, hi, fits)
+
+
+def _bisect(lo: int, lo_t: int | None, hi: int, fits: Measure) -> tuple[int, int | None]:
+    """Largest ``x`` in [lo, hi) with ``fits(x)`` not None, given that ``hi`` does not fit."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        t = fits(mid)
+        if t is None:
+            hi = mid
+        else:
+            lo, lo_t = mid, t
+    return lo, lo_t
