@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.dense import PieceIndex, chunk_scores
 from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tokenize, top_k
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
@@ -129,6 +130,8 @@ class Searcher:
         self._index: BM25Index | None = None
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
+        self._piece_index: PieceIndex | None = None
+        self._dense_score: dict[int, float] = {}  # chunk -> dense score of the last dense list
 
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -172,18 +175,28 @@ class Searcher:
             self._qcache = (query, self.embedder.embed([query])[0].astype(np.float32))
         return self._qcache[1]
 
+    def _pieces(self) -> PieceIndex | None:
+        """The pack's piece vectors grouped by chunk, loaded once; None in a pack without."""
+        if self._piece_index is None and self.r.has_pieces:
+            self._piece_index = PieceIndex.from_columns(
+                self.r.piece_vectors(), self.r.column(F.PIECE_CHUNK)
+            )
+        return self._piece_index
+
     def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The dense top ``CANDIDATES`` by dense score (``kbpack/dense.py``: the chunk's cosine,
+        blended with its best piece's in packs with pieces) and each one's cosine distance."""
         q = self._query_vector(query)
-        vectors = self.r.vectors()
-        sims = vectors @ q
+        score, cos = chunk_scores(self.r.vectors(), q, self._pieces())
         if mask is not None:
-            sims = np.where(mask, sims, -np.inf)
-        n = min(CANDIDATES, int(np.isfinite(sims).sum()))
+            score = np.where(mask, score, -np.inf)
+        n = min(CANDIDATES, int(np.isfinite(score).sum()))
         if n == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        top = np.argpartition(-sims, n - 1)[:n] if n < sims.size else np.arange(sims.size)
-        top = top[np.lexsort((top, -sims[top]))]
-        return top, 1.0 - sims[top]
+        top = np.argpartition(-score, n - 1)[:n] if n < score.size else np.arange(score.size)
+        top = top[np.lexsort((top, -score[top]))]
+        self._dense_score = {int(c): float(score[c]) for c in top}
+        return top, 1.0 - cos[top]
 
     def dense_distances(self, query: str) -> np.ndarray:
         """Cosine distance of the query to every chunk (for calibration and tests)."""
@@ -262,7 +275,7 @@ class Searcher:
                 lexical = list(bm_rank)[:LEXICAL_DEPTH_PLAIN]
                 ordered = rrf([list(de_rank), lexical], [1.0, LEXICAL_WEIGHT_PLAIN])
         elif mode_used == "dense":
-            ordered = [(c, 1.0 - dist[c]) for c in de_rank]
+            ordered = [(c, self._dense_score[c]) for c in de_rank]
         else:
             assert bm_scores is not None
             ordered = [(int(c), float(s)) for c, s in zip(bm_ids, bm_scores, strict=True)]

@@ -473,6 +473,7 @@ def _rebuild(
         vectors=model_path is not None,
         embed_model=reader.has_embedded_model and model_path is not None,
         threads=threads,
+        pieces=reader.has_pieces,  # a pack with the piece level keeps it (re-embedded if new model)
     )
     result = build_from(
         _restored_documents(contents),
