@@ -270,3 +270,15 @@ def test_diff_reports_a_prefix_change_as_a_model_change(
     model_lines = [line for line in d["differences"] if line.startswith("model ")]
     assert model_lines and "doc_prefix 'passage: '" in model_lines[0]
     assert d["vectors"] == {}  # vectors under different prefixes are never compared
+
+
+def test_a_pack_set_with_different_prefixes_is_searched_lexically(
+    prefixed: Path, corpus: Path, model: Path, tmp_path: Path
+) -> None:
+    """One query vector serves a whole set: packs whose prefixes differ cannot share it."""
+    bare = tmp_path / "bare.kbpack"
+    assert run("build", str(corpus), "-o", str(bare), "--model", str(model), "--quiet")[0] == 0
+    with kbpack.open_many([prefixed, bare], model=model) as packs:
+        resp = packs.search("rotate the logs", k=2)
+    assert resp.lexical_only
+    assert any("prefixes" in note for note in resp.notes)

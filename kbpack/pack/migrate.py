@@ -514,6 +514,7 @@ def _rebuild(
         threads=threads,
         query_prefix=prefixes.query if prefixes is not None else None,
         doc_prefix=prefixes.document if prefixes is not None else None,
+        allow_empty=True,  # a migrated pack holds what the old one held, even nothing
     )
     result = build_from(
         _restored_documents(contents),
