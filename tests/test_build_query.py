@@ -388,6 +388,6 @@ def test_hybrid_order_is_the_convex_fusion_of_the_packs_scores(pack: Path, model
     for r in resp.results:
         assert r.distance == pytest.approx(1 - float(sims[r.chunk]), abs=1e-6)
     code, stdout, _ = run("query", str(pack), query, "--model", str(model), "--json")
-    assert json.loads(stdout)["fusion"] == RULE
+    assert code == 0 and json.loads(stdout)["fusion"] == RULE
     code, stdout, _ = run("query", str(pack), query, "--mode", "dense", "--json")
-    assert json.loads(stdout)["fusion"] is None
+    assert code == 0 and json.loads(stdout)["fusion"] is None
