@@ -131,6 +131,15 @@ class Searcher:
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
 
+    def prepare(self) -> None:
+        """Load now what every query needs (the vectors, the baked BM25 postings), so that a
+        long-lived server pays for them once at start and not on its first requests."""
+        if self.embedder is not None:
+            self.r.vectors()
+        if self.r.counts.get("chunks", 0):
+            self._bm25_queries = max(self._bm25_queries, 1)  # the next call bakes
+            self._bm25("", None)
+
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The BM25 top ``CANDIDATES``: (chunk ids, scores), best first."""
