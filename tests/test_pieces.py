@@ -99,7 +99,7 @@ def test_any_text_gives_valid_pieces(parts: list[str], pad: int) -> None:
 
 def test_every_fixture_chunk_gives_valid_pieces() -> None:
     """On real documents (PDF, DOCX, HTML, Markdown): pieces inside chunks, exact offsets."""
-    candidates, _ = discover([ROOT / "fixtures/docs"])
+    candidates = discover([ROOT / "fixtures/docs"]).candidates
     n = 0
     for doc in extract_all(candidates):
         if doc.status != "ok":
