@@ -59,11 +59,14 @@ class Result:
     dense_rank: int | None
     score: float
     content: str
+    pack: str | None = None  # the pack file, when several packs are searched as one
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["from"] = d.pop("start")
         d["to"] = d.pop("end")
+        if d["pack"] is None:
+            del d["pack"]
         return d
 
 
@@ -172,10 +175,19 @@ class Searcher:
             self._qcache = (query, self.embedder.embed([query])[0].astype(np.float32))
         return self._qcache[1]
 
+    def _similarities(self, q: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the unit query vector to every chunk."""
+        sims: np.ndarray = self.r.vectors() @ q
+        return sims
+
+    def _distances_of(self, chunks: Sequence[int], q: np.ndarray) -> list[float]:
+        """Cosine distances of a few chunks (one dot each, no full scan)."""
+        vec = self.r.dataset(F.VEC_DATA)
+        return [float(1.0 - np.dot(vec[c].astype(np.float32), q)) for c in chunks]
+
     def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         q = self._query_vector(query)
-        vectors = self.r.vectors()
-        sims = vectors @ q
+        sims = self._similarities(q)
         if mask is not None:
             sims = np.where(mask, sims, -np.inf)
         n = min(CANDIDATES, int(np.isfinite(sims).sum()))
@@ -187,7 +199,7 @@ class Searcher:
 
     def dense_distances(self, query: str) -> np.ndarray:
         """Cosine distance of the query to every chunk (for calibration and tests)."""
-        return 1.0 - self.r.vectors() @ self._query_vector(query)
+        return 1.0 - self._similarities(self._query_vector(query))
 
     # -- filters -----------------------------------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
@@ -233,7 +245,7 @@ class Searcher:
             mode_used = "bm25"
         else:
             mode_used = mode
-        threshold = self.r.search_defaults["max_distance"] if max_distance is None else max_distance
+        threshold = self.default_threshold() if max_distance is None else max_distance
         mask = self._mask(doc, kind, section)
 
         bm_ids, bm_scores = (
@@ -272,16 +284,14 @@ class Searcher:
             missing = [c for c, _ in ordered[: k * 4] if c not in dist]
             if missing:
                 q = self._query_vector(query)
-                vec = self.r.dataset(F.VEC_DATA)
-                for c in missing:
-                    dist[c] = float(1.0 - np.dot(vec[c].astype(np.float32), q))
+                dist.update(zip(missing, self._distances_of(missing, q), strict=True))
 
         def passes(c: int) -> bool:
             if not refuse:
                 return True
             if mode_used == "bm25":
                 return c in bm_rank
-            if dist.get(c, 2.0) <= threshold:
+            if dist.get(c, 2.0) <= (threshold if max_distance is not None else self._threshold(c)):
                 return True
             return mode_used == "hybrid" and bool(gate) and self._holds_all(c, gate)
 
@@ -318,17 +328,39 @@ class Searcher:
         codes = code_like_terms(query)
         if not codes:
             return []
-        r = self.r
-        if self._lookup is None:
-            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
-        indptr = r.column(F.BM25_INDPTR)
-        limit = max(RARE_MIN, RARE_SHARE * len(r.column(F.BM25_DOC_LEN)))
+        limit = max(RARE_MIN, RARE_SHARE * self.n_chunks())
         for code in codes:
             whole = tokenize(code)[:1]
-            row = self._lookup.find(whole[0]) if whole else None
-            if row is not None and 0 < indptr[row + 1] - indptr[row] <= limit:
+            if whole and 0 < self.doc_freq(whole[0]) <= limit:
                 return codes
         return []
+
+    def n_chunks(self) -> int:
+        return len(self.r.column(F.BM25_DOC_LEN))
+
+    def lookup(self) -> TermLookup:
+        """The pack's vocabulary (term -> postings row), read once."""
+        if self._lookup is None:
+            r = self.r
+            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
+        return self._lookup
+
+    def doc_freq(self, term: str) -> int:
+        """Chunks that hold ``term`` (a tokenized term)."""
+        row = self.lookup().find(term)
+        if row is None:
+            return 0
+        indptr = self.r.column(F.BM25_INDPTR)
+        return int(indptr[row + 1] - indptr[row])
+
+    def default_threshold(self) -> float:
+        """The refusal threshold when the caller gives none: the pack's (calibrated) value."""
+        return float(self.r.search_defaults["max_distance"])
+
+    def _threshold(self, chunk: int) -> float:
+        """The threshold that applies to ``chunk`` when the caller gives none (a pack set: the
+        threshold of the chunk's own pack)."""
+        return self.default_threshold()
 
     def _holds_all(self, chunk: int, codes: list[str]) -> bool:
         return holds_all_codes(self.r.chunk_content(chunk), codes)

@@ -71,15 +71,29 @@ PROMPT_INSTRUCTIONS = (
 )
 @json_option
 def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
-    """Search PACK for TEXT. Exit 0 with results, 3 when nothing passes the threshold."""
+    """Search PACK for TEXT. Exit 0 with results, 3 when nothing passes the threshold.
+
+    Several packs (``kbpack query A.kbpack B.kbpack TEXT``) are searched as one: leading
+    arguments that name existing ``*.kbpack`` files are packs, the rest is the query."""
     import kbpack
 
     batch = kw.pop("batch")
+    more = list(text)
+    packs = [pack]
+    while more and more[0].endswith(".kbpack") and Path(more[0]).is_file():
+        packs.append(Path(more.pop(0)))
+    text = tuple(more)
     if batch is None and not text:
         raise click.UsageError('give a query: kbpack query PACK "your question" (or --batch FILE)')
     if batch is not None and text:
         raise click.UsageError("give either a query or --batch, not both")
-    with kbpack.open(pack, model=kw.pop("model"), load_model=kw["mode"] != "bm25") as p:
+    model, load_model = kw.pop("model"), kw["mode"] != "bm25"
+    opened = (
+        kbpack.open(pack, model=model, load_model=load_model)
+        if len(packs) == 1
+        else kbpack.open_many(packs, model=model, load_model=load_model)
+    )
+    with opened as p:
         if batch is not None:
             return _batch(p, batch, kw)
         resp = _search(p, " ".join(text), kw)
@@ -140,7 +154,8 @@ def render(resp: Any) -> str:
     for r in resp.results:
         dist = "-" if r.distance is None else f"{r.distance:.3f}"
         bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
-        out.append(f"[{r.rank}] {r.locator}")
+        where = f"{r.pack}: " if r.pack else ""
+        out.append(f"[{r.rank}] {where}{r.locator}")
         meta = f"    {r.section or r.title}  ·  distance {dist}  ·  bm25 rank {bm}"
         out.append(meta)
         quote = " ".join(r.content.split())
@@ -178,6 +193,7 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
     citations = [
         {
             "n": i + 1,
+            **({"pack": r.pack} if r.pack else {}),
             "doc": r.doc,
             "section": r.section,
             "locator": r.locator,
