@@ -33,6 +33,7 @@ from kbpack.errors import KbpackError, PackError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
+from kbpack.pack.storage import create_dataset
 from kbpack.pieces import PIECE_RULE, PIECE_WEIGHT
 
 BLOCK_ROWS = 65536
@@ -81,6 +82,18 @@ class _Column:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, self.dtype)
 
 
+def created_now() -> str:
+    """The ``created`` stamp: now, or ``$SOURCE_DATE_EPOCH`` (reproducible builds: the golden
+    packs are rebuilt byte for byte by ``make golden``)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    when = (
+        dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+        if epoch.isdigit()
+        else dt.datetime.now(dt.UTC)
+    )
+    return when.replace(microsecond=0).isoformat()
+
+
 def temp_path_for(out: Path) -> Path:
     return out.with_name(f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
@@ -115,7 +128,7 @@ class PackWriter:
         if pieces and not dims:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
-        self.created = created or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        self.created = created or created_now()
         self.tmp = temp_path_for(self.out)
         self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
         self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
@@ -403,13 +416,13 @@ class PackWriter:
 
             def put(path: str, data: np.ndarray) -> None:
                 el = F.ELEMENT_BY_PATH[path]
-                ds = h.create_dataset(path, data=data)
+                ds = create_dataset(h, path, data=data)
                 elements[path] = numeric_digest(data)
                 self._describe(ds, el, elements)
 
             def put_str(path: str, items: list[str]) -> None:
                 el = F.ELEMENT_BY_PATH[path]
-                ds = h.create_dataset(path, data=items, dtype=h5py.string_dtype("utf-8"))
+                ds = create_dataset(h, path, data=items)
                 elements[path] = strings_digest(items)
                 self._describe(ds, el, elements)
 
@@ -448,10 +461,8 @@ class PackWriter:
         elements[el.path + "@attrs"] = attrs_digest(attrs)
 
     def _write_text(self, h: Any, elements: dict[str, str]) -> None:
-        import h5py
-
         n = len(self._text_lens)
-        ds = h.create_dataset(F.DOC_TEXT, shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        ds = create_dataset(h, F.DOC_TEXT, shape=(n,))
         digest = StreamDigest()
         with open(self._text_spool, "rb") as f:
             for i, length in enumerate(self._text_lens):
@@ -467,7 +478,7 @@ class PackWriter:
     def _write_rows(self, h: Any, elements: dict[str, str], path: str, spool: Path, n: int) -> None:
         """A float16 (n, dims) dataset from its spool file, in blocks, digested as written."""
         assert self.dims
-        ds = h.create_dataset(path, shape=(n, self.dims), dtype="<f2")
+        ds = create_dataset(h, path, shape=(n, self.dims), dtype="<f2")
         digest = StreamDigest()
         row_bytes = self.dims * 2
         with open(spool, "rb") as f:
@@ -484,7 +495,7 @@ class PackWriter:
     def _write_gguf(self, h: Any, elements: dict[str, str]) -> None:
         assert self.gguf
         size = self.gguf.stat().st_size
-        ds = h.create_dataset(F.MODEL_GGUF, shape=(size,), dtype="u1")
+        ds = create_dataset(h, F.MODEL_GGUF, shape=(size,), dtype="u1")
         digest = StreamDigest()
         block = 16 * 2**20
         with open(self.gguf, "rb") as f:
