@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from kbpack.api import Pack
+    from kbpack.federate import PackSet
 
 
 def open(path: str | os.PathLike[str], **kwargs: Any) -> Pack:
@@ -16,3 +18,10 @@ def open(path: str | os.PathLike[str], **kwargs: Any) -> Pack:
     from kbpack.api import Pack
 
     return Pack(path, **kwargs)
+
+
+def open_many(paths: Sequence[str | os.PathLike[str]], **kwargs: Any) -> PackSet:
+    """Open several packs searched as one (BM25 statistics summed, one model): ``.search()``."""
+    from kbpack.federate import PackSet
+
+    return PackSet(paths, **kwargs)

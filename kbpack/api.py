@@ -107,7 +107,9 @@ def resolve_embedder(
     if stamp is None:
         return None, ["this pack has no vectors (built with --no-vectors): lexical-only results"]
     from kbpack.embed import Embedder, sha256_file
+    from kbpack.model.prefixes import Prefixes
 
+    prefixes = Prefixes.from_stamp(stamp)  # the pack's, never the model family's defaults
     want = str(stamp[F.M_SHA256])
     label = f"{stamp[F.M_NAME]} (sha256 {want[:12]})"
     if model is not None:
@@ -116,7 +118,7 @@ def resolve_embedder(
             return None, [
                 f"--model {model} is not the pack's model {label}: dense search skipped, lexical-only results"
             ]
-        return Embedder(model, threads=threads), []
+        return Embedder(model, prefixes=prefixes, threads=threads), []
     if reader.has_embedded_model:
         path = cache_dir() / "models" / f"{want}.gguf"
         if not path.exists() or sha256_file(path) != want:
@@ -127,7 +129,7 @@ def resolve_embedder(
                 return None, [
                     f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
                 ]
-        return Embedder(path, threads=threads), []
+        return Embedder(path, prefixes=prefixes, threads=threads), []
     try:
         from kbpack.embed import default_model_path
 
@@ -135,7 +137,7 @@ def resolve_embedder(
     except ModelError as e:
         return None, [f"the pack's model {label} is not available ({e}): lexical-only results"]
     if sha256_file(default) == want:
-        return Embedder(default, threads=threads), []
+        return Embedder(default, prefixes=prefixes, threads=threads), []
     return None, [
         f"the pack was built with {label}, which is not the default model: pass --model FILE.gguf; lexical-only results"
     ]

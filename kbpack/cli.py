@@ -27,8 +27,9 @@ from kbpack.errors import Exit
 # The exit codes, once. README's table is checked against this (tests/test_cli_contract.py).
 EXIT: dict[Exit, str] = {
     Exit.OK: "success (a query with results, an intact pack, identical packs)",
-    Exit.FAILURE: "failure: verify findings, diff differences, a failed document with `--strict`, "
-    "a damaged pack, a failed `--batch` line, a full disk",
+    Exit.FAILURE: "failure: verify findings, diff differences, a build with no document (unless "
+    "`--allow-empty`), a failed or skipped document with `--strict`, a damaged pack, a failed "
+    "`--batch` line, a full disk",
     Exit.USAGE: "usage error: unknown option or bad value, missing or unreadable input, not a "
     "pack, output path refused, a filter that matches nothing, `--mode dense` without the model",
     Exit.REFUSED: "query refused: nothing passes the refusal threshold",
@@ -75,6 +76,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "calibrate",
         "Choose the refusal threshold from data.",
     ),
+    "serve": ("kbpack.commands.serve", "serve", "A local search page and JSON API for packs."),
+    "mcp": ("kbpack.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
 }
 
 

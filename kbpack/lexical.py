@@ -291,22 +291,30 @@ def _bounds(rows: list[int], indptr: Any) -> list[tuple[int, int]]:
     return [tuple(int(x) for x in indptr[r : r + 2]) for r in rows]  # type: ignore[misc]
 
 
-def _term_scores(
-    lo: int, hi: int, chunk: Any, tf: Any, n: int, norms: np.ndarray, k1: float
+def term_scores(
+    lo: int,
+    hi: int,
+    chunk: Any,
+    tf: Any,
+    n: int,
+    norms: np.ndarray,
+    k1: float,
+    df: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One term's contribution to each chunk in its postings: (chunk ids, scores)."""
+    """One term's contribution to each chunk in its postings: (chunk ids, scores).
+
+    ``n`` and ``df`` are collection figures: for several packs searched as one they are the
+    sums over the packs (``df`` defaults to this postings list's length)."""
     if hi <= lo:
         return _empty()
     ids = np.asarray(chunk[lo:hi])
     f = np.asarray(tf[lo:hi]).astype(np.float64)
-    df = hi - lo
+    df = hi - lo if df is None else df
     weight = math.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
     return ids, weight * f / (f + norms[ids])
 
 
-def _accumulate(
-    parts: list[tuple[np.ndarray, np.ndarray]], n: int
-) -> tuple[np.ndarray, np.ndarray]:
+def accumulate(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, np.ndarray]:
     """Sum per-term contributions per chunk; ids come back ascending."""
     parts = [p for p in parts if len(p[0])]
     if not parts:
@@ -353,8 +361,8 @@ def bm25_scores(
         return _empty()
     if norms is None:
         norms = length_norms(doc_len, k1, b, avg_len)
-    parts = [_term_scores(lo, hi, chunk, tf, n, norms, k1) for lo, hi in _bounds(rows, indptr)]
-    return _accumulate(parts, n)
+    parts = [term_scores(lo, hi, chunk, tf, n, norms, k1) for lo, hi in _bounds(rows, indptr)]
+    return accumulate(parts, n)
 
 
 class BM25Index:
@@ -393,7 +401,7 @@ class BM25Index:
         if not rows or self.n == 0:
             return _empty()
         parts = [(self.chunk[lo:hi], self.contrib[lo:hi]) for lo, hi in _bounds(rows, self.indptr)]
-        return _accumulate(parts, self.n)
+        return accumulate(parts, self.n)
 
     def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_k(*self.scores(query), k)

@@ -22,17 +22,19 @@ from kbpack.errors import Exit
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
 
-NO_JSON: set[str] = set()  # commands that cannot print JSON, each with a reason in a comment
+# Commands that cannot print JSON: mcp's stdout is the protocol (JSON-RPC) itself.
+NO_JSON: set[str] = {"mcp"}
 
 # Commands with -o but no --force: keygen never replaces a key (a lost secret cannot be undone).
 NO_FORCE = {"keygen"}
 
 # The commands that embed (take --threads) and that show progress (take --quiet).
 THREADS = {"build", "update", "query", "migrate", "eval", "calibrate", "model embed"}
-QUIET = {"build", "update", "query", "migrate"}
+QUIET = {"build", "update", "query", "migrate", "serve"}
 
 # Arguments that make each command succeed with --json; placeholders are filled by `fill`.
-RUNS: dict[str, list[str]] = {
+# None: the command runs until stopped (serve: tests/test_serve.py reads its --json line).
+RUNS: dict[str, list[str] | None] = {
     "build": ["{src}", "-o", "{tmp}/built.kbpack", "--no-vectors"],
     "query": ["{pack}", "ZIP_DEFLATED", "--model", "{model}"],
     "inspect": ["{pack}"],
@@ -48,10 +50,12 @@ RUNS: dict[str, list[str]] = {
     "model embed": ["--model", "{model}", "hello"],
     "eval": ["{pack}", "{questions}", "--model", "{model}", "--mode", "bm25"],
     "calibrate": ["{pack}", "--questions", "{questions}", "--ood", "{ood}", "--model", "{model}"],
+    "serve": None,
+    "mcp": None,
 }
 
 # Commands whose first argument is a pack (for the missing-pack and not-a-pack situations).
-TAKES_PACK = [name for name, args in RUNS.items() if args and args[0] in ("{pack}", "{copy}")]
+TAKES_PACK = [name for name, a in RUNS.items() if a and a[0] in ("{pack}", "{copy}")]
 
 
 def leaf_commands(
@@ -187,9 +191,10 @@ def test_spec_json_documents_every_command() -> None:
 def test_json_envelope_and_documented_keys(
     capfd: pytest.CaptureFixture[str], env: dict[str, str], tmp_path: Path, name: str
 ) -> None:
-    if name in NO_JSON:
-        pytest.skip(f"{name} cannot print JSON")
-    code, out, err = run(capfd, *name.split(), *fill(RUNS[name], env, tmp_path), "--json")
+    args = RUNS[name]
+    if name in NO_JSON or args is None:
+        pytest.skip(f"{name} cannot print JSON or runs until stopped")
+    code, out, err = run(capfd, *name.split(), *fill(args, env, tmp_path), "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert list(doc)[:2] == ["schema", "command"]
@@ -218,7 +223,7 @@ def test_query_json_has_answered_and_results(
 def test_missing_pack_is_a_usage_error(
     capfd: pytest.CaptureFixture[str], env: dict[str, str], tmp_path: Path, name: str
 ) -> None:
-    args = fill(RUNS[name], env, tmp_path)
+    args = fill(RUNS[name] or [], env, tmp_path)
     args[0] = str(tmp_path / "nope.kbpack")
     code, out, err = run(capfd, *name.split(), *args)
     assert code == Exit.USAGE, err
@@ -229,7 +234,7 @@ def test_missing_pack_is_a_usage_error(
 def test_not_a_pack_is_a_usage_error(
     capfd: pytest.CaptureFixture[str], env: dict[str, str], tmp_path: Path, name: str
 ) -> None:
-    args = fill(RUNS[name], env, tmp_path)
+    args = fill(RUNS[name] or [], env, tmp_path)
     notes = tmp_path / "notes.txt"
     notes.write_text("my only copy")
     args[0] = str(notes)

@@ -31,6 +31,18 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Store the GGUF model inside the pack (air-gapped query without a model install).",
         ),
+        click.option(
+            "--query-prefix",
+            metavar="TEXT",
+            help="Text before every query, stored in the pack (default: the model family's; "
+            "README Models).",
+        ),
+        click.option(
+            "--doc-prefix",
+            metavar="TEXT",
+            help="Text before every embedded chunk, stored in the pack (default: the model "
+            "family's; '' for none).",
+        ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
         click.option(
             "--include",
@@ -43,6 +55,11 @@ def build_options(f: Any) -> Any:
             multiple=True,
             metavar="GLOB",
             help="Skip names matching GLOB (repeatable).",
+        ),
+        click.option(
+            "--follow-symlinks",
+            is_flag=True,
+            help="Also read folders outside the input tree that symlinks point to (loop-safe).",
         ),
         click.option(
             "--max-chars",
@@ -68,10 +85,26 @@ def build_options(f: Any) -> Any:
             type=click.FloatRange(min=0.001),
             default=100.0,
             show_default=True,
-            help="Larger sources are recorded as failed (too-large).",
+            help="Larger sources (and compressed ones that inflate past it) are recorded as failed.",
+        ),
+        click.option(
+            "--max-pages",
+            type=click.IntRange(min=1),
+            default=2000,
+            show_default=True,
+            help="PDFs with more pages are recorded as failed.",
         ),
         threads_option,
-        click.option("--strict", is_flag=True, help="Exit 1 when any document failed."),
+        click.option(
+            "--strict",
+            is_flag=True,
+            help="Exit 1 when any document failed or was skipped (--include/--exclude aside).",
+        ),
+        click.option(
+            "--allow-empty",
+            is_flag=True,
+            help="Write the pack even when no document could be read (else exit 1).",
+        ),
         force_option,
         json_option,
         quiet_option,
@@ -96,8 +129,9 @@ def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     """Build a pack from folders and files (md, txt, html, pdf, docx).
 
     Failed documents are recorded in the pack with their reason; the build goes on.
-    Exit 0 on success, 1 when --strict and a document failed, 2 on usage errors,
-    130 when interrupted (the output path is left as it was).
+    Exit 0 on success, 1 when no document could be read (unless --allow-empty) or when
+    --strict and a document failed or was skipped, 2 on usage errors, 130 when interrupted
+    (the output path is left as it was).
     """
     return run_build_command(sources, out, **kw)
 
@@ -122,13 +156,23 @@ def run_build_command(
         embed_model=kw["embed_model"],
         include=kw["include"],
         exclude=kw["exclude"],
-        limits=Limits(max_file_bytes=int(kw["max_file_mb"] * 2**20), timeout_s=kw["timeout"]),
+        follow_symlinks=kw["follow_symlinks"],
+        allow_empty=kw["allow_empty"],
+        limits=Limits(
+            max_file_bytes=int(kw["max_file_mb"] * 2**20),
+            timeout_s=kw["timeout"],
+            max_pages=kw["max_pages"],
+        ),
         max_chars=kw["max_chars"],
         overlap=kw["overlap"],
         threads=kw["threads"],
+        query_prefix=kw["query_prefix"],
+        doc_prefix=kw["doc_prefix"],
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
+    if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
+        raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
     # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
     if reuse is not None:
         from kbpack.update import update_pack
@@ -140,7 +184,20 @@ def run_build_command(
         emit_json(report.as_dict())
     elif not quiet:
         click.echo(render_report(report))
-    return 1 if (strict and report.failed) else 0
+    return 1 if (strict and (report.failed or report.skipped)) else 0
+
+
+def _left_out(report: Any) -> str:
+    """What discovery left out on purpose, and the option that changes it."""
+    parts = []
+    if report.filtered:
+        parts.append(f"{report.filtered} files by --include/--exclude")
+    if report.links_not_followed:
+        parts.append(
+            f"{report.links_not_followed} symlinked folders outside the tree "
+            "(--follow-symlinks reads them)"
+        )
+    return "; ".join(parts)
 
 
 def render_report(report: Any) -> str:
@@ -182,6 +239,9 @@ def render_report(report: Any) -> str:
                 f"{report.reused_documents} unchanged documents; {report.vectors_embedded} chunks embedded",
             ),
         )
+    left = _left_out(report)
+    if left:
+        rows.insert(2, ("left out", left))
     lines = [table(rows)]
     for f in report.failed:
         lines.append(f"  failed   {f['name']}: {f['reason']}")

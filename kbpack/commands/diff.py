@@ -125,6 +125,16 @@ def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Re-embed with this GGUF model (from the stored text; no sources needed).",
 )
+@click.option(
+    "--query-prefix",
+    metavar="TEXT",
+    help="New query prefix (default: the pack's; another --model: its family's). Re-embeds.",
+)
+@click.option(
+    "--doc-prefix",
+    metavar="TEXT",
+    help="New document prefix ('' for none). A change re-embeds every chunk.",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would change and how much work it is.")
 @force_option
 @threads_option
@@ -134,6 +144,8 @@ def migrate(
     pack: Path,
     out: Path | None,
     model: Path | None,
+    query_prefix: str | None,
+    doc_prefix: str | None,
     dry_run: bool,
     force: bool,
     threads: int | None,
@@ -158,6 +170,8 @@ def migrate(
         pack,
         out,
         model=model,
+        query_prefix=query_prefix,
+        doc_prefix=doc_prefix,
         dry_run=dry_run,
         threads=threads,
         progress=Progress(show_progress(quiet, as_json)),

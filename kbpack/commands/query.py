@@ -108,11 +108,18 @@ class QueryCommand(click.Command):
 def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     """Search PACK for TEXT. Exit 0 with results, 3 when nothing passes the threshold.
 
-    A query that starts with "-" goes after --: kbpack query PACK -- "-X importtime".
+    Several packs (kbpack query A.kbpack B.kbpack TEXT) are searched as one: leading
+    arguments that name existing *.kbpack files are packs, the rest is the query. A query that
+    starts with "-" goes after --: kbpack query PACK -- "-X importtime".
     """
     import kbpack
 
     batch = kw.pop("batch")
+    more = list(text)
+    packs = [pack]
+    while more and more[0].endswith(".kbpack") and Path(more[0]).is_file():
+        packs.append(Path(more.pop(0)))
+    text = tuple(more)
     ctx = click.get_current_context()
     if (
         ctx.get_parameter_source("budget_tokens") == ParameterSource.COMMANDLINE
@@ -127,9 +134,13 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
         raise click.UsageError("give either a query or --batch, not both")
     if batch is not None and kw["fmt"] == "prompt":
         raise click.UsageError("--format prompt takes one query, not --batch")
-    with kbpack.open(
-        pack, model=kw.pop("model"), load_model=kw["mode"] != "bm25", threads=kw.pop("threads")
-    ) as p:
+    how = {
+        "model": kw.pop("model"),
+        "load_model": kw["mode"] != "bm25",
+        "threads": kw.pop("threads"),
+    }
+    opened = kbpack.open(pack, **how) if len(packs) == 1 else kbpack.open_many(packs, **how)
+    with opened as p:
         _check_mode(p, kw["mode"])
         _check_filters(p, kw)
         if batch is not None:
@@ -149,7 +160,7 @@ def _check_mode(p: Any, mode: str) -> None:
     if mode == "dense" and p.embedder is None:
         why = "; ".join(n.removesuffix(": lexical-only results") for n in p.searcher.notes)
         why = why or "the pack's model is not available"
-        raise UsageError(f"{p.path}: --mode dense cannot run: {why}")
+        raise UsageError(f"{_label(p)}: --mode dense cannot run: {why}")
 
 
 def _check_filters(p: Any, kw: dict[str, Any]) -> None:
@@ -158,8 +169,14 @@ def _check_filters(p: Any, kw: dict[str, Any]) -> None:
     given = [f"{k} {v!r}" for k, v in filters.items() if v]
     if given and p.searcher.count_matching(kw["doc_glob"], kw["kind"], kw["section"]) == 0:
         raise UsageError(
-            f"{p.path}: no chunk matches {' '.join(given)}; kbpack export {p.path} --what documents lists the names"
+            f"{_label(p)}: no chunk matches {' '.join(given)}; kbpack export PACK --what documents "
+            "lists the names"
         )
+
+
+def _label(p: Any) -> str:
+    """The pack, or the packs of a federated query, as an error names them."""
+    return ", ".join(str(x) for x in getattr(p, "paths", None) or [p.path])
 
 
 def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
@@ -251,7 +268,8 @@ def render(resp: Any, full: bool = False) -> str:
     for r in resp.results:
         dist = "-" if r.distance is None else f"{r.distance:.3f}"
         bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
-        out.append(f"[{r.rank}] {safe(r.locator)}")
+        where = f"{safe(r.pack)}: " if r.pack else ""
+        out.append(f"[{r.rank}] {where}{safe(r.locator)}")
         out.append(f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}")
         out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
     out.extend(tail)
@@ -327,6 +345,7 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
     citations = [
         {
             "n": i + 1,
+            **({"pack": r.pack} if r.pack else {}),
             "doc": r.doc,
             "section": r.section,
             "locator": r.locator,

@@ -1,0 +1,245 @@
+"""Several packs searched as one (``kbpack query A.kbpack B.kbpack TEXT``, ``kbpack.open_many``).
+
+The packs are laid end to end: chunk ``c`` of pack ``i`` is chunk ``base[i] + c`` of the set,
+which is the row it would have in a pack merged from them in the same order. Every step of
+``search.Searcher.search`` (fusion, refusal gate, citations) runs unchanged on those ids; only
+the primitives below are answered across packs:
+
+* BM25 uses collection statistics summed over the packs -- N, each term's document frequency,
+  the mean chunk length -- so every score equals the one a merged pack gives (tested).
+* Dense search needs one model identity (the GGUF's SHA-256) across the packs; the query is
+  embedded once. Packs of different models are searched lexically only, and say so.
+* The refusal threshold of a result is its own pack's (calibrated) threshold unless the caller
+  gives one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.errors import UsageError
+from kbpack.lexical import accumulate, length_norms, query_terms, term_scores
+from kbpack.pack import format as F
+from kbpack.pack.read import PackReader
+from kbpack.search import Result, Searcher, SearchResponse
+
+
+class SetSearcher(Searcher):
+    """A ``Searcher`` over several packs; ``members`` are each pack's own searcher."""
+
+    def __init__(
+        self, members: Sequence[Searcher], embedder: Any | None, notes: Sequence[str] = ()
+    ) -> None:
+        if not members:
+            raise ValueError("a pack set needs at least one pack")
+        super().__init__(members[0].r, embedder, notes)
+        self.members = list(members)
+        sizes = [len(m.r.column(F.BM25_DOC_LEN)) for m in self.members]
+        self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        params = {m.r.bm25_params for m in self.members}
+        if len(params) > 1:
+            raise UsageError(
+                f"{self.members[1].r.path}: BM25 parameters (k1, b) differ between the packs "
+                f"({sorted(params)}); they cannot be scored as one"
+            )
+        self.k1, self.b = params.pop()
+
+    # -- where a set chunk lives ---------------------------------------------------------------
+    def locate(self, chunk: int) -> tuple[int, int]:
+        """(member index, chunk row inside that pack) of set chunk ``chunk``."""
+        i = int(np.searchsorted(self.base, chunk, side="right")) - 1
+        return i, int(chunk - self.base[i])
+
+    def n_chunks(self) -> int:
+        return int(self.base[-1])
+
+    # -- BM25 with summed statistics -----------------------------------------------------------
+    def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        n = self.n_chunks()
+        if self._norms is None:
+            # One mean length over every chunk of the set, computed as a merged pack would.
+            lengths = [m.r.column(F.BM25_DOC_LEN) for m in self.members]
+            self._norms = length_norms(np.concatenate(lengths), self.k1, self.b)
+        norms = self._norms
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for term in query_terms(query):
+            spans = []  # (member, lo, hi): the term's postings in each pack holding it
+            for i, m in enumerate(self.members):
+                row = m.lookup().find(term)
+                if row is not None:
+                    indptr = m.r.column(F.BM25_INDPTR)
+                    spans.append((i, int(indptr[row]), int(indptr[row + 1])))
+            df = sum(hi - lo for _, lo, hi in spans)
+            for i, lo, hi in spans:
+                m = self.members[i]
+                a, b = int(self.base[i]), int(self.base[i + 1])
+                ids, scores = term_scores(
+                    lo,
+                    hi,
+                    m.r.dataset(F.BM25_CHUNK),
+                    m.r.dataset(F.BM25_TF),
+                    n,
+                    norms[a:b],
+                    self.k1,
+                    df=df,
+                )
+                parts.append((ids.astype(np.int64) + a, scores))
+        # Parts run term by term, so each chunk's terms are summed in the order a merged pack
+        # sums them: the scores are equal to the last bit, not merely close.
+        ids, scores = accumulate(parts, n)
+        if mask is not None and ids.size:
+            keep = mask[ids]
+            ids, scores = ids[keep], scores[keep]
+        return ids, scores
+
+    def doc_freq(self, term: str) -> int:
+        return sum(m.doc_freq(term) for m in self.members)
+
+    # -- dense ---------------------------------------------------------------------------------
+    def _similarities(self, q: np.ndarray) -> np.ndarray:
+        return np.concatenate([m.r.vectors() @ q for m in self.members])
+
+    # -- filters, gate, thresholds, citations --------------------------------------------------
+    def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
+        masks = [m._mask(doc, kind, section) for m in self.members]
+        if all(x is None for x in masks):
+            return None
+        sizes = np.diff(self.base)
+        return np.concatenate(
+            [
+                np.ones(int(s), dtype=bool) if x is None else x
+                for x, s in zip(masks, sizes, strict=True)
+            ]
+        )
+
+    def default_threshold(self) -> float:
+        """The loosest of the packs' thresholds (what a refusal message names); each result is
+        held to its own pack's threshold (``_threshold``)."""
+        return max(m.default_threshold() for m in self.members)
+
+    def _threshold(self, chunk: int) -> float:
+        i, _ = self.locate(chunk)
+        return self.members[i].default_threshold()
+
+    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
+        i, local = self.locate(chunk)
+        return self.members[i]._holds_all(local, codes)
+
+    def _result(
+        self,
+        rank: int,
+        c: int,
+        score: float,
+        distance: float | None,
+        bm25_rank: int | None,
+        dense_rank: int | None,
+        context: str,
+    ) -> Result:
+        i, local = self.locate(c)
+        r = self.members[i]._result(rank, local, score, distance, bm25_rank, dense_rank, context)
+        r.pack = self.members[i].r.path.name
+        return r
+
+
+class PackSet:
+    """Packs opened together and searched as one: ``kbpack.open_many([...])``."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        model: str | os.PathLike[str] | None = None,
+        load_model: bool = True,
+        threads: int | None = None,
+    ) -> None:
+        if not paths:
+            raise UsageError("give at least one pack")
+        self.readers: list[PackReader] = []
+        try:
+            for p in paths:
+                self.readers.append(PackReader(p))
+        except BaseException:
+            self.close()
+            raise
+        self.paths = [r.path for r in self.readers]
+        self._model_arg = Path(model) if model else None
+        self._load_model = load_model
+        self._threads = threads
+        self._searcher: SetSearcher | None = None
+        self.mixed_models = _model_mismatch(self.readers)
+
+    def __enter__(self) -> PackSet:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for r in self.readers:
+            r.close()
+
+    @property
+    def n_chunks(self) -> int:
+        return sum(int(r.counts.get("chunks", 0)) for r in self.readers)
+
+    @property
+    def searcher(self) -> SetSearcher:
+        if self._searcher is None:
+            embedder, notes = None, []
+            if self.mixed_models:
+                notes = [f"{self.mixed_models}: dense search skipped, lexical-only results"]
+            elif self._load_model:
+                from kbpack.api import resolve_embedder
+
+                embedder, notes = resolve_embedder(
+                    self.readers[0], self._model_arg, threads=self._threads
+                )
+            thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
+            if len(set(thresholds.values())) > 1:
+                each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
+                notes.append(f"each pack's results are held to its own threshold ({each})")
+            members = [Searcher(r, embedder) for r in self.readers]
+            self._searcher = SetSearcher(members, embedder, notes)
+        return self._searcher
+
+    @property
+    def embedder(self) -> Any | None:
+        return self.searcher.embedder
+
+    def search(self, query: str, k: int = 5, mode: str = "hybrid", **kw: Any) -> SearchResponse:
+        if mode == "dense" and self.mixed_models:
+            raise UsageError(
+                f"{self.mixed_models}: --mode dense needs one model; use hybrid or bm25"
+            )
+        return self.searcher.search(query, k=k, mode=mode, **kw)
+
+
+def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
+    """Why the packs' vectors cannot be compared (a one-line reason), or None when they can."""
+    first = readers[0]
+    want = first.model
+    for r in readers[1:]:
+        got = r.model
+        if (want is None) != (got is None):
+            plain, dense = (first, r) if want is None else (r, first)
+            return f"{plain.path} has no vectors but {dense.path} has"
+        if want is not None and got is not None and got[F.M_SHA256] != want[F.M_SHA256]:
+            return (
+                f"{r.path} was embedded with {got[F.M_NAME]} (sha256 {str(got[F.M_SHA256])[:12]}), "
+                f"{first.path} with {want[F.M_NAME]} (sha256 {str(want[F.M_SHA256])[:12]})"
+            )
+        if want is not None and got is not None:
+            from kbpack.model.prefixes import Prefixes
+
+            # One query vector serves every pack: their query/document prefixes must agree.
+            theirs, ours = Prefixes.from_stamp(got), Prefixes.from_stamp(want)
+            if theirs != ours:
+                return f"{r.path} was embedded with prefixes {theirs}, {first.path} with {ours}"
+    return None
+
+
+__all__ = ["PackSet", "SetSearcher"]
