@@ -143,7 +143,9 @@ def test_api_search_matches_query_json(server: Server, packs: dict[str, Path], m
             "query", str(packs["manuals"]), q, "--mode", mode, "--model", str(model), "--json"
         )
         assert code in (0, 3)
-        assert got == json.loads(out), mode
+        cli_json = json.loads(out)
+        assert (cli_json.pop("schema"), cli_json.pop("command")) == (1, "query")  # the envelope
+        assert got == cli_json, mode
 
 
 def test_api_search_needs_a_pack_name_when_several_are_served(server: Server) -> None:
@@ -276,7 +278,7 @@ def test_refused_query_says_no_answer_and_offers_the_nearest(server: Server) -> 
     shown = server.client.get(anyway.group(1).replace("&amp;", "&")).text
     assert 'class="result"' in shown and "Nearest passages" in shown
     api = server.client.get("/api/search", params=q).json()
-    assert api["answer"] is None and api["results"] == []
+    assert api["answered"] is False and api["results"] == []
 
 
 def test_every_response_carries_a_strict_csp(server: Server) -> None:
