@@ -19,6 +19,17 @@ PROMPT_INSTRUCTIONS = (
 )
 
 
+def check_distance(value: float | None) -> float | None:
+    """A cosine distance lies in [0, 2]; NaN or a negative value would silently refuse (or
+    answer) everything, so it is a usage error."""
+    if value is not None and not 0.0 <= value <= 2.0:
+        raise click.BadParameter(
+            f"{value}: give a cosine distance between 0 and 2 (the default is the pack's, e.g. 0.675)",
+            param_hint="'--max-distance'",
+        )
+    return value
+
+
 # Queries may start with "-" ("-X importtime"): unknown options are taken as query text.
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -30,7 +41,10 @@ PROMPT_INSTRUCTIONS = (
     "--mode", type=click.Choice(["hybrid", "dense", "bm25"]), default="hybrid", show_default=True
 )
 @click.option(
-    "--max-distance", type=float, help="Refusal threshold (cosine distance); default: the pack's."
+    "--max-distance",
+    type=float,
+    callback=lambda _ctx, _param, v: check_distance(v),
+    help="Refusal threshold (cosine distance, 0-2); default: the pack's.",
 )
 @click.option(
     "--model",
