@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,14 @@ import click
 
 from kbpack.commands.common import (
     emit_json,
+    force_option,
     human_size,
     json_option,
     quiet_option,
     show_progress,
     table,
+    threads_option,
 )
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def build_options(f: Any) -> Any:
@@ -33,6 +30,18 @@ def build_options(f: Any) -> Any:
             "--embed-model",
             is_flag=True,
             help="Store the GGUF model inside the pack (air-gapped query without a model install).",
+        ),
+        click.option(
+            "--query-prefix",
+            metavar="TEXT",
+            help="Text before every query, stored in the pack (default: the model family's; "
+            "README Models).",
+        ),
+        click.option(
+            "--doc-prefix",
+            metavar="TEXT",
+            help="Text before every embedded chunk, stored in the pack (default: the model "
+            "family's; '' for none).",
         ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
         click.option(
@@ -85,9 +94,7 @@ def build_options(f: Any) -> Any:
             show_default=True,
             help="PDFs with more pages are recorded as failed.",
         ),
-        click.option(
-            "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
-        ),
+        threads_option,
         click.option(
             "--strict",
             is_flag=True,
@@ -98,6 +105,7 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Write the pack even when no document could be read (else exit 1).",
         ),
+        force_option,
         json_option,
         quiet_option,
     ]
@@ -134,9 +142,12 @@ def run_build_command(
     from kbpack.build import BuildOptions
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
+    from kbpack.outpath import check_output
     from kbpack.progress import Progress
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    # before any work: a long build must not end by refusing (or destroying) its output path
+    out = check_output(out, inputs=sources, force=kw.pop("force"))
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -155,19 +166,20 @@ def run_build_command(
         max_chars=kw["max_chars"],
         overlap=kw["overlap"],
         threads=kw["threads"],
+        query_prefix=kw["query_prefix"],
+        doc_prefix=kw["doc_prefix"],
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        if reuse is not None:
-            from kbpack.update import update_pack
+    if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
+        raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
+    # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
+    if reuse is not None:
+        from kbpack.update import update_pack
 
-            report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
-        else:
-            report = run_build(opts, Progress(show_progress(quiet, as_json)))
-    finally:
-        signal.signal(signal.SIGTERM, old)
+        report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+    else:
+        report = run_build(opts, Progress(show_progress(quiet, as_json)))
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:

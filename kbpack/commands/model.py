@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kbpack.commands.common import emit_json, emit_json_line
 from kbpack.errors import UsageError
 
 
@@ -26,14 +26,20 @@ def model() -> None:
 @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the identity as JSON.")
 def info(file: Path | None, as_json: bool) -> None:
-    """Identity of FILE.gguf (default: the default model): name, SHA-256, dims, window."""
+    """Identity of FILE.gguf (default: the default model): name, SHA-256, architecture, dims,
+    pooling, window, and the query/document prefixes a build would use by default."""
     from kbpack.model import default_model_path, identify_gguf
+    from kbpack.model.prefixes import default_prefixes, family_of
 
     path = file if file is not None else default_model_path()
     if not path.is_file():
         raise UsageError(f"{path}: no such model file; pass an existing FILE.gguf")
     record: dict[str, Any] = {"path": str(path), "size": path.stat().st_size}
-    record.update(identify_gguf(path).as_dict())
+    identity = identify_gguf(path)
+    record.update(identity.as_dict())
+    family = family_of(identity.name) or family_of(path.stem)
+    record["family"] = family.label if family else None
+    record.update(default_prefixes(identity.name, path.stem).as_stamp())
     _emit(record, as_json)
 
 
@@ -55,9 +61,9 @@ def import_(
 ) -> None:
     """Convert a BERT safetensors FOLDER (config.json, vocab.txt, model.safetensors) to GGUF."""
     from kbpack.model import convert_bert, identify_gguf
+    from kbpack.outpath import check_output
 
-    if output.exists() and not force:
-        raise UsageError(f"{output}: already exists; choose another -o or pass --force")
+    output = check_output(output, inputs=[folder], force=force, pack=False)
     convert_bert(folder, output, name=name, window=window)
     record: dict[str, Any] = {"path": str(output), "size": output.stat().st_size}
     record.update(identify_gguf(output).as_dict())
@@ -106,7 +112,7 @@ def embed(
                 for text, n, vector in zip(items, counts, vectors, strict=True)
             ],
         }
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        emit_json_line(doc)  # compact: vectors one per item, not one number per line
         return
     ident = embedder.identity
     click.echo(f"model {ident.name} sha256:{ident.sha256[:16]} dims {ident.dims}")
@@ -123,8 +129,10 @@ def _preview(text: str, width: int = 40) -> str:
 
 def _emit(record: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(record, ensure_ascii=False))
+        emit_json(record)
         return
     width = max(len(k) for k in record)
     for key, value in record.items():
-        click.echo(f"{key:<{width}}  {value}")
+        if key.endswith("_prefix"):
+            value = repr(value)  # quoted: a prefix's trailing space matters
+        click.echo(f"{key:<{width}}  {'-' if value is None else value}")
