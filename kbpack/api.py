@@ -34,9 +34,11 @@ class Pack:
         path: str | os.PathLike[str],
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
+        rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         self.reader = PackReader(path)
         self.path = self.reader.path
+        self._rerank_arg = Path(rerank) if rerank else None
         self._model_arg = Path(model) if model else None
         self._load_model = load_model
         self._searcher: Searcher | None = None
@@ -63,6 +65,7 @@ class Pack:
                 else resolve_embedder(self.reader, self._model_arg)
             )
             self._searcher = Searcher(self.reader, embedder, notes)
+            self._searcher.reranker = load_reranker(self._rerank_arg)
         return self._searcher
 
     @property
@@ -95,6 +98,15 @@ class Pack:
         self.path = target
         self._searcher = None
         return target
+
+
+def load_reranker(path: Path | None) -> Any | None:
+    """The cross-encoder for ``rerank=``, loaded (ModelError if it is not one), or None."""
+    if path is None:
+        return None
+    from kbpack.rerank import Reranker
+
+    return Reranker(path)
 
 
 def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:

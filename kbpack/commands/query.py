@@ -65,6 +65,18 @@ PROMPT_INSTRUCTIONS = (
     help="Token budget for the sources in --format prompt.",
 )
 @click.option(
+    "--rerank",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Cross-encoder GGUF (rank pooling) that reorders the top results (README Models).",
+)
+@click.option(
+    "--rerank-top",
+    type=click.IntRange(min=1),
+    default=25,
+    show_default=True,
+    help="How many results that pass the refusal gate the reranker scores.",
+)
+@click.option(
     "--batch",
     type=click.File("r"),
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
@@ -87,11 +99,11 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
         raise click.UsageError('give a query: kbpack query PACK "your question" (or --batch FILE)')
     if batch is not None and text:
         raise click.UsageError("give either a query or --batch, not both")
-    model, load_model = kw.pop("model"), kw["mode"] != "bm25"
+    model, load_model, rerank = kw.pop("model"), kw["mode"] != "bm25", kw.pop("rerank")
     opened = (
-        kbpack.open(pack, model=model, load_model=load_model)
+        kbpack.open(pack, model=model, load_model=load_model, rerank=rerank)
         if len(packs) == 1
-        else kbpack.open_many(packs, model=model, load_model=load_model)
+        else kbpack.open_many(packs, model=model, load_model=load_model, rerank=rerank)
     )
     with opened as p:
         if batch is not None:
@@ -116,6 +128,7 @@ def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
         kind=kw["kind"],
         section=kw["section"],
         context=kw["context"],
+        rerank_top=kw["rerank_top"],
     )
 
 
@@ -157,6 +170,8 @@ def render(resp: Any) -> str:
         where = f"{r.pack}: " if r.pack else ""
         out.append(f"[{r.rank}] {where}{r.locator}")
         meta = f"    {r.section or r.title}  ·  distance {dist}  ·  bm25 rank {bm}"
+        if r.rerank_score is not None:
+            meta += f"  ·  rerank {r.rerank_score:.3f}"
         out.append(meta)
         quote = " ".join(r.content.split())
         out.append(
