@@ -154,6 +154,7 @@ class PackSet:
         paths: Sequence[str | os.PathLike[str]],
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
+        threads: int | None = None,
         rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         if not paths:
@@ -169,6 +170,7 @@ class PackSet:
         self._model_arg = Path(model) if model else None
         self._rerank_arg = Path(rerank) if rerank else None
         self._load_model = load_model
+        self._threads = threads
         self._searcher: SetSearcher | None = None
         self.mixed_models = _model_mismatch(self.readers)
 
@@ -195,7 +197,9 @@ class PackSet:
             elif self._load_model:
                 from kbpack.api import resolve_embedder
 
-                embedder, notes = resolve_embedder(self.readers[0], self._model_arg)
+                embedder, notes = resolve_embedder(
+                    self.readers[0], self._model_arg, threads=self._threads
+                )
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:
                 each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
@@ -204,7 +208,7 @@ class PackSet:
             self._searcher = SetSearcher(members, embedder, notes)
             from kbpack.api import load_reranker
 
-            self._searcher.reranker = load_reranker(self._rerank_arg)
+            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
     @property

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kbpack.commands.common import emit_json, emit_json_line
 from kbpack.errors import UsageError
 
 # What `model info` and `model import` accept: kbpack.model.identity's EMBEDDING_POOLINGS +
@@ -72,9 +72,9 @@ def import_(
     """Convert a BERT safetensors FOLDER (config.json, vocab.txt, model.safetensors) to GGUF:
     an embedding model (mean or CLS pooling) or a BertForSequenceClassification reranker."""
     from kbpack.model import convert_bert, identify_gguf
+    from kbpack.outpath import check_output
 
-    if output.exists() and not force:
-        raise UsageError(f"{output}: already exists; choose another -o or pass --force")
+    output = check_output(output, inputs=[folder], force=force, pack=False)
     convert_bert(folder, output, name=name, window=window)
     record: dict[str, Any] = {"path": str(output), "size": output.stat().st_size}
     record.update(identify_gguf(output, poolings=ANY_POOLING).as_dict())
@@ -123,7 +123,7 @@ def embed(
                 for text, n, vector in zip(items, counts, vectors, strict=True)
             ],
         }
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        emit_json_line(doc)  # compact: vectors one per item, not one number per line
         return
     ident = embedder.identity
     click.echo(f"model {ident.name} sha256:{ident.sha256[:16]} dims {ident.dims}")
@@ -140,7 +140,7 @@ def _preview(text: str, width: int = 40) -> str:
 
 def _emit(record: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(record, ensure_ascii=False))
+        emit_json(record)
         return
     width = max(len(k) for k in record)
     for key, value in record.items():
