@@ -59,6 +59,7 @@ class Result:
     score: float
     content: str
     pack: str | None = None  # the pack file, when several packs are searched as one
+    rerank_score: float | None = None  # the cross-encoder's relevance, when --rerank ran
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -66,6 +67,8 @@ class Result:
         d["to"] = d.pop("end")
         if d["pack"] is None:
             del d["pack"]
+        if d["rerank_score"] is None:
+            del d["rerank_score"]
         return d
 
 
@@ -161,6 +164,8 @@ class Searcher:
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
         self.query_prefix = str(reader.model.get(F.M_QUERY_PREFIX, "")) if reader.model else ""
+        # A cross-encoder (kbpack.rerank.Reranker) that reorders the top of the list, or None.
+        self.reranker: Any | None = None
 
     def prepare(self) -> None:
         """Load now what every query needs (the vectors, the baked BM25 postings), so that a
@@ -282,7 +287,10 @@ class Searcher:
         kind: str | None = None,
         section: str | None = None,
         context: str = "chunk",
+        rerank_top: int | None = None,
     ) -> SearchResponse:
+        """``rerank_top``: with a reranker set, how many of the results that pass the refusal
+        gate it scores and reorders (default ``kbpack.rerank.DEFAULT_TOP``)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         if max_distance is not None and not 0.0 <= max_distance <= 2.0:  # NaN fails too
@@ -339,9 +347,14 @@ class Searcher:
                 return True
             return gate is not None and self._gate_opens(c, gate)
 
+        top = 0
+        if self.reranker is not None:
+            from kbpack.rerank import DEFAULT_TOP
+
+            top = DEFAULT_TOP if rerank_top is None else rerank_top
         results: list[Result] = []
         for c, score in ordered:
-            if len(results) >= k:
+            if len(results) >= max(k, top):
                 break
             if not passes(c):
                 continue
@@ -350,6 +363,9 @@ class Searcher:
                     len(results) + 1, c, score, dist.get(c), bm_rank.get(c), de_rank.get(c), context
                 )
             )
+        if top and results:
+            results = self._rerank(query, results, top)
+        results = results[:k]
         if lexical_only and not notes:
             notes.append("dense search did not run: lexical-only results")
         return SearchResponse(
@@ -362,6 +378,27 @@ class Searcher:
             notes=notes,
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
         )
+
+    def _rerank(self, query: str, results: list[Result], top: int) -> list[Result]:
+        """The first ``top`` results scored by the reranker and reordered by its score (ties
+        keep the first-stage order); the rest follow unchanged. Which results pass the refusal
+        gate was decided before, on the first-stage scores."""
+        from kbpack.chunk import header
+        from kbpack.rerank import rerank_text
+
+        head = results[:top]
+        texts = [
+            rerank_text(header(r.title, r.section.split(" > ") if r.section else []), r.content)
+            for r in head
+        ]
+        scores = self.reranker.score(query, texts)  # type: ignore[union-attr]
+        for r, s in zip(head, scores, strict=True):
+            r.rerank_score = round(float(s), 6)
+        order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+        out = [head[i] for i in order] + results[top:]
+        for rank, r in enumerate(out, 1):
+            r.rank = rank
+        return out
 
     def gate_terms(self, query: str) -> list[str]:
         """The code-like query terms that may open the refusal gate, or [] when none may.

@@ -109,6 +109,18 @@ class QueryCommand(click.Command):
     help="Token budget for the sources (with --format prompt only).",
 )
 @click.option(
+    "--rerank",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Cross-encoder GGUF (rank pooling) that reorders the top results (README Models).",
+)
+@click.option(
+    "--rerank-top",
+    type=click.IntRange(min=1),
+    default=25,
+    show_default=True,
+    help="How many results that pass the refusal gate the reranker scores.",
+)
+@click.option(
     "--batch",
     type=click.File("rb"),
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
@@ -150,6 +162,7 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
         "model": kw.pop("model"),
         "load_model": kw["mode"] != "bm25",
         "threads": kw.pop("threads"),
+        "rerank": kw.pop("rerank"),
     }
     opened = kbpack.open(pack, **how) if len(packs) == 1 else kbpack.open_many(packs, **how)
     with opened as p:
@@ -201,6 +214,7 @@ def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
         kind=kw["kind"],
         section=kw["section"],
         context=kw["context"],
+        rerank_top=kw["rerank_top"],
     )
 
 
@@ -282,7 +296,10 @@ def render(resp: Any, full: bool = False) -> str:
         bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
         where = f"{safe(r.pack)}: " if r.pack else ""
         out.append(f"[{r.rank}] {where}{safe(r.locator)}")
-        out.append(f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}")
+        meta = f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}"
+        if r.rerank_score is not None:
+            meta += f"  ·  rerank {r.rerank_score:.3f}"
+        out.append(meta)
         out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
     out.extend(tail)
     return "\n".join(out)
