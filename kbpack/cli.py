@@ -60,6 +60,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "calibrate",
         "Choose the refusal threshold from data.",
     ),
+    "serve": ("kbpack.commands.serve", "serve", "A local search page and JSON API for packs."),
+    "mcp": ("kbpack.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
 }
 
 

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from kbpack.errors import UsageError
-from kbpack.lexical import accumulate, length_norms, query_terms, term_scores, top_k
+from kbpack.lexical import accumulate, length_norms, query_terms, term_scores
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
-from kbpack.search import CANDIDATES, Result, Searcher, SearchResponse
+from kbpack.search import Result, Searcher, SearchResponse
 
 
 class SetSearcher(Searcher):
@@ -59,7 +59,7 @@ class SetSearcher(Searcher):
         return int(self.base[-1])
 
     # -- BM25 with summed statistics -----------------------------------------------------------
-    def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         n = self.n_chunks()
         if self._norms is None:
             # One mean length over every chunk of the set, computed as a merged pack would.
@@ -95,7 +95,7 @@ class SetSearcher(Searcher):
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
-        return top_k(ids, scores, CANDIDATES)
+        return ids, scores
 
     def doc_freq(self, term: str) -> int:
         return sum(m.doc_freq(term) for m in self.members)
@@ -103,13 +103,6 @@ class SetSearcher(Searcher):
     # -- dense ---------------------------------------------------------------------------------
     def _similarities(self, q: np.ndarray) -> np.ndarray:
         return np.concatenate([m.r.vectors() @ q for m in self.members])
-
-    def _distances_of(self, chunks: Sequence[int], q: np.ndarray) -> list[float]:
-        out = []
-        for c in chunks:
-            i, local = self.locate(c)
-            out.extend(self.members[i]._distances_of([local], q))
-        return out
 
     # -- filters, gate, thresholds, citations --------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
@@ -235,6 +228,13 @@ def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
                 f"{r.path} was embedded with {got[F.M_NAME]} (sha256 {str(got[F.M_SHA256])[:12]}), "
                 f"{first.path} with {want[F.M_NAME]} (sha256 {str(want[F.M_SHA256])[:12]})"
             )
+        if want is not None and got is not None:
+            from kbpack.model.prefixes import Prefixes
+
+            # One query vector serves every pack: their query/document prefixes must agree.
+            theirs, ours = Prefixes.from_stamp(got), Prefixes.from_stamp(want)
+            if theirs != ours:
+                return f"{r.path} was embedded with prefixes {theirs}, {first.path} with {ours}"
     return None
 
 

@@ -34,6 +34,18 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Store the GGUF model inside the pack (air-gapped query without a model install).",
         ),
+        click.option(
+            "--query-prefix",
+            metavar="TEXT",
+            help="Text before every query, stored in the pack (default: the model family's; "
+            "README Models).",
+        ),
+        click.option(
+            "--doc-prefix",
+            metavar="TEXT",
+            help="Text before every embedded chunk, stored in the pack (default: the model "
+            "family's; '' for none).",
+        ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
         click.option(
             "--include",
@@ -155,9 +167,13 @@ def run_build_command(
         max_chars=kw["max_chars"],
         overlap=kw["overlap"],
         threads=kw["threads"],
+        query_prefix=kw["query_prefix"],
+        doc_prefix=kw["doc_prefix"],
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
+    if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
+        raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if reuse is not None:
