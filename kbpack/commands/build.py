@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,14 @@ import click
 
 from kbpack.commands.common import (
     emit_json,
+    force_option,
     human_size,
     json_option,
     quiet_option,
     show_progress,
     table,
+    threads_option,
 )
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def build_options(f: Any) -> Any:
@@ -97,9 +94,7 @@ def build_options(f: Any) -> Any:
             show_default=True,
             help="PDFs with more pages are recorded as failed.",
         ),
-        click.option(
-            "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
-        ),
+        threads_option,
         click.option(
             "--strict",
             is_flag=True,
@@ -110,6 +105,7 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Write the pack even when no document could be read (else exit 1).",
         ),
+        force_option,
         json_option,
         quiet_option,
     ]
@@ -146,9 +142,12 @@ def run_build_command(
     from kbpack.build import BuildOptions
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
+    from kbpack.outpath import check_output
     from kbpack.progress import Progress
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    # before any work: a long build must not end by refusing (or destroying) its output path
+    out = check_output(out, inputs=sources, force=kw.pop("force"))
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -174,16 +173,13 @@ def run_build_command(
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
         raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        if reuse is not None:
-            from kbpack.update import update_pack
+    # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
+    if reuse is not None:
+        from kbpack.update import update_pack
 
-            report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
-        else:
-            report = run_build(opts, Progress(show_progress(quiet, as_json)))
-    finally:
-        signal.signal(signal.SIGTERM, old)
+        report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+    else:
+        report = run_build(opts, Progress(show_progress(quiet, as_json)))
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:
