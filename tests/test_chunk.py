@@ -372,7 +372,7 @@ def test_every_embedded_text_fits_the_real_model_window(tiny_embedder: Any, text
     doc = make_doc(text, title="T")
     for window in (embedder.window, 64):
         result = chunk_document(doc, embedder.count_tokens, ChunkConfig(window=window))
-        covered = {p for c in result.chunks for p in range(c.start, c.end)}
+        covered = {p for c in result.chunks for p in range(c.start, c.end)} | title_only(doc)
         assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
         for c in result.chunks:
             h = header(doc.title, section_path(doc, c.section))
