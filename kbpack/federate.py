@@ -126,9 +126,9 @@ class SetSearcher(Searcher):
         i, _ = self.locate(chunk)
         return self.members[i].default_threshold()
 
-    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
+    def chunk_content(self, chunk: int) -> str:
         i, local = self.locate(chunk)
-        return self.members[i]._holds_all(local, codes)
+        return self.members[i].chunk_content(local)
 
     def _result(
         self,

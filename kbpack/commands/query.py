@@ -31,6 +31,17 @@ PROMPT_INSTRUCTIONS = (
 )
 
 
+def check_distance(value: float | None) -> float | None:
+    """A cosine distance lies in [0, 2]; NaN or a negative value would silently refuse (or
+    answer) everything, so it is a usage error."""
+    if value is not None and not 0.0 <= value <= 2.0:
+        raise click.BadParameter(
+            f"{value}: give a cosine distance between 0 and 2 (the default is the pack's, e.g. 0.675)",
+            param_hint="'--max-distance'",
+        )
+    return value
+
+
 class QueryCommand(click.Command):
     """Unknown options are usage errors (a typo must never become query text); an unknown
     option that resembles no option is probably a query starting with "-": say how to pass it."""
@@ -63,8 +74,9 @@ class QueryCommand(click.Command):
 )
 @click.option(
     "--max-distance",
-    type=click.FloatRange(0, 2),
-    help="Refusal threshold (cosine distance); default: the pack's.",
+    type=float,
+    callback=lambda _ctx, _param, v: check_distance(v),
+    help="Refusal threshold (cosine distance, 0-2); default: the pack's.",
 )
 @click.option(
     "--model",
