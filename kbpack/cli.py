@@ -78,6 +78,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "serve": ("kbpack.commands.serve", "serve", "A local search page and JSON API for packs."),
     "mcp": ("kbpack.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
+    "completion": (
+        "kbpack.commands.completion",
+        "completion",
+        "Print the shell completion script (bash, zsh, fish).",
+    ),
 }
 
 
