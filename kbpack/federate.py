@@ -126,9 +126,9 @@ class SetSearcher(Searcher):
         i, _ = self.locate(chunk)
         return self.members[i].default_threshold()
 
-    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
+    def chunk_content(self, chunk: int) -> str:
         i, local = self.locate(chunk)
-        return self.members[i]._holds_all(local, codes)
+        return self.members[i].chunk_content(local)
 
     def _result(
         self,
@@ -155,6 +155,7 @@ class PackSet:
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
         threads: int | None = None,
+        rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
@@ -167,6 +168,7 @@ class PackSet:
             raise
         self.paths = [r.path for r in self.readers]
         self._model_arg = Path(model) if model else None
+        self._rerank_arg = Path(rerank) if rerank else None
         self._load_model = load_model
         self._threads = threads
         self._searcher: SetSearcher | None = None
@@ -204,6 +206,9 @@ class PackSet:
                 notes.append(f"each pack's results are held to its own threshold ({each})")
             members = [Searcher(r, embedder) for r in self.readers]
             self._searcher = SetSearcher(members, embedder, notes)
+            from kbpack.api import load_reranker
+
+            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
     @property

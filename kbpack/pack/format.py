@@ -12,7 +12,7 @@ from typing import Any
 
 FORMAT_VERSION = 2  # 2: every dataset chunked with Fletcher-32, integer columns deflated
 FIRST_CHECKSUMMED_FORMAT = 2  # from this version a dataset without Fletcher-32 is refused
-PIPELINE_VERSION = 1  # bump when chunking or embedded-text rules change what a build produces
+PIPELINE_VERSION = 2  # 2: no chunk of a heading alone; bump when chunking or embedded-text rules change what a build produces
 
 # --- the user block (kbpack's own header, before the HDF5 superblock) -------------------------
 MAGIC = b"\x89KBPACK\n"  # 8 bytes; the high byte and newline catch text-mode transfers
@@ -180,7 +180,12 @@ ELEMENTS: tuple[Element, ...] = (
     _ds(DOC_SOURCE_SIZE, "i8", "documents", "size of the source file in bytes"),
     _ds(DOC_SOURCE_SHA256, "str", "documents", "SHA-256 of the source file bytes, hex"),
     _ds(DOC_TITLE, "str", "documents", "document title (first H1, PDF/DOCX title, file name)"),
-    _ds(DOC_EXTRACTOR, "str", "documents", "extractor and library version, e.g. pdf/pypdf 7.1.0"),
+    _ds(
+        DOC_EXTRACTOR,
+        "str",
+        "documents",
+        "extractor and library version, e.g. pdf/pypdfium2 5.15.2",
+    ),
     _ds(DOC_EXTRACTOR_VERSION, "i4", "documents", "kbpack's extractor logic version"),
     _ds(DOC_STATUS, "str", "documents", "ok, failed or skipped"),
     _ds(DOC_REASON, "str", "documents", "one-line reason when failed or skipped, else empty"),
