@@ -42,6 +42,7 @@ VECTORS = "/vectors"
 MODEL = "/model"
 BM25 = "/bm25"
 SEARCH = "/search"
+PIECES = "/pieces"
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -82,6 +83,11 @@ CHUNK_TOKENS = "/chunks/tokens"
 
 VEC_DATA = "/vectors/data"
 MODEL_GGUF = "/model/gguf"
+
+PIECE_CHUNK = "/pieces/chunk"
+PIECE_FROM = "/pieces/from"
+PIECE_TO = "/pieces/to"
+PIECE_DATA = "/pieces/data"
 
 BM25_TERMS_BLOB = "/bm25/terms_blob"
 BM25_TERMS_OFFSETS = "/bm25/terms_offsets"
@@ -127,6 +133,11 @@ EMBEDDED_TEXT_RULE = (
     "whitespace collapsed, empty or repeated consecutive titles dropped, cut to 200 characters "
     "(spec/FORMAT.md 3.4)"
 )
+
+PIECE_RULE_ATTR = "piece_rule"
+PIECE_WEIGHT_ATTR = "weight"
+# The rule and weight live in kbpack/pieces.py (the code that applies them); the writer stamps
+# both on /pieces so a reader knows how the pieces were cut and how search scores them.
 
 SEARCH_MAX_DISTANCE = "max_distance"
 SEARCH_CALIBRATION = "calibration"  # JSON: threshold, rule, files, when
@@ -234,6 +245,29 @@ ELEMENTS: tuple[Element, ...] = (
     _ds(BM25_TF, "i4", "postings", "raw term frequency of each posting"),
     _ds(BM25_DOC_LEN, "i4", "chunks", "number of tokens in each chunk's content"),
     Element(SEARCH, "search-settings", "query defaults: refusal threshold and its provenance"),
+    Element(
+        PIECES,
+        "pieces",
+        "sentence pieces of each chunk ([from, to) inside it) and their unit vectors",
+        optional=True,
+    ),
+    _ds(PIECE_CHUNK, "i4", "pieces", "chunk row of the piece, ascending", optional=True),
+    _ds(
+        PIECE_FROM,
+        "i8",
+        "pieces",
+        "first code point of the piece (inside its chunk)",
+        optional=True,
+    ),
+    _ds(PIECE_TO, "i8", "pieces", "end (exclusive) of the piece", optional=True),
+    _ds(
+        PIECE_DATA,
+        "f2",
+        "pieces",
+        "one unit vector per piece row (float16): header + piece, embedded",
+        ndim=2,
+        optional=True,
+    ),
 )
 
 ELEMENT_BY_PATH = {e.path: e for e in ELEMENTS}
@@ -253,3 +287,5 @@ COUNT_KEYS = (
     "postings",
     "model_bytes",
 )
+# Counts present only in packs that hold the element they count (/pieces: build --pieces).
+OPTIONAL_COUNT_KEYS = ("pieces",)
