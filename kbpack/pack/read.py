@@ -27,7 +27,7 @@ import numpy as np
 from kbpack.errors import KbpackError, PackError, describe
 from kbpack.pack import format as F
 from kbpack.pack.digest import plain, strings_digest
-from kbpack.pack.manifest import Header, read_header
+from kbpack.pack.manifest import Header, count_key_problems, read_header
 from kbpack.pack.structure import check_structure
 
 
@@ -106,6 +106,12 @@ class PackReader:
             raise PackError(f"{self.path}: is a directory, not a pack")
         self.header: Header = read_header(self.path)
         self.manifest = self.header.manifest
+        problem = count_key_problems(self.manifest.counts)
+        if problem:
+            raise PackError(
+                f"{self.path}: the manifest is damaged ({problem}); run kbpack verify "
+                f"{self.path}, then copy the pack again"
+            )
         actual = self.path.stat().st_size
         if actual != self.manifest.file_size:
             what = "truncated" if actual < self.manifest.file_size else "has bytes appended"
