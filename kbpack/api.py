@@ -34,9 +34,13 @@ class Pack:
         path: str | os.PathLike[str],
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
+        threads: int | None = None,
+        rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         self.reader = PackReader(path)
+        self._threads = threads
         self.path = self.reader.path
+        self._rerank_arg = Path(rerank) if rerank else None
         self._model_arg = Path(model) if model else None
         self._load_model = load_model
         self._searcher: Searcher | None = None
@@ -60,9 +64,10 @@ class Pack:
             embedder, notes = (
                 (None, [])
                 if not self._load_model
-                else resolve_embedder(self.reader, self._model_arg)
+                else resolve_embedder(self.reader, self._model_arg, threads=self._threads)
             )
             self._searcher = Searcher(self.reader, embedder, notes)
+            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
     @property
@@ -97,7 +102,18 @@ class Pack:
         return target
 
 
-def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:
+def load_reranker(path: Path | None, threads: int | None = None) -> Any | None:
+    """The cross-encoder for ``rerank=``, loaded (ModelError if it is not one), or None."""
+    if path is None:
+        return None
+    from kbpack.rerank import Reranker
+
+    return Reranker(path, threads=threads)
+
+
+def resolve_embedder(
+    reader: PackReader, model: Path | None, threads: int | None = None
+) -> tuple[Any | None, list[str]]:
     """The embedder for dense search on this pack, or (None, [why not])."""
     stamp = reader.model
     if stamp is None:
@@ -114,7 +130,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
             return None, [
                 f"--model {model} is not the pack's model {label}: dense search skipped, lexical-only results"
             ]
-        return Embedder(model, prefixes=prefixes), []
+        return Embedder(model, prefixes=prefixes, threads=threads), []
     if reader.has_embedded_model:
         path = cache_dir() / "models" / f"{want}.gguf"
         if not path.exists() or sha256_file(path) != want:
@@ -125,7 +141,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
                 return None, [
                     f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
                 ]
-        return Embedder(path, prefixes=prefixes), []
+        return Embedder(path, prefixes=prefixes, threads=threads), []
     try:
         from kbpack.embed import default_model_path
 
@@ -133,7 +149,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
     except ModelError as e:
         return None, [f"the pack's model {label} is not available ({e}): lexical-only results"]
     if sha256_file(default) == want:
-        return Embedder(default, prefixes=prefixes), []
+        return Embedder(default, prefixes=prefixes, threads=threads), []
     return None, [
         f"the pack was built with {label}, which is not the default model: pass --model FILE.gguf; lexical-only results"
     ]

@@ -8,7 +8,6 @@ writer committed, never from what was attempted.
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,8 @@ from kbpack.extract import Limits, discover, extract_all
 from kbpack.extract.discover import Discovery
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
-from kbpack.progress import Progress
+from kbpack.pieces import Piece, piece_texts, pieces_of
+from kbpack.progress import Progress, peak_rss_mb
 
 EMBED_BATCH = 64  # chunks per embedding call: large enough to batch, small enough to stream
 
@@ -47,6 +47,9 @@ class BuildOptions:
     # None: the model family's default (kbpack/model/prefixes.py); "" turns a default off.
     query_prefix: str | None = None
     doc_prefix: str | None = None
+    # also embed sentence pieces of each chunk (kbpack/pieces.py); None: update keeps the old
+    # pack's choice
+    pieces: bool | None = False
 
 
 @dataclass
@@ -64,6 +67,7 @@ class BuildReport:
     truncated: int
     model: dict[str, Any] | None
     peak_rss_mb: float
+    peak_rss_workers_mb: float  # the largest worker process (extraction), apart from kbpack's
     reused_documents: int = 0
     vectors_embedded: int = 0  # chunks that went through the model (the rest were reused)
     filtered: int = 0  # files left out by --include/--exclude (not documents)
@@ -103,6 +107,8 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     found = discover(opts.sources, opts.include, opts.exclude, opts.follow_symlinks)
     documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
     total = len(found.candidates) + len(found.records)
+    if progress is not None:  # the ETA's denominator
+        progress.source_bytes_total = sum(_size(c.path) for c in found.candidates)
     report = build_from(documents, total, opts, progress, found=found)
     return report
 
@@ -179,9 +185,8 @@ def build_from(
     problems: list[dict[str, str]] = []
     tokens_embedded = 0
     header_tokens = 0
-    # Documents waiting for the next embedding batch: (doc, chunks, texts to embed, or the
-    # vectors a reuse hook supplied).
-    pending: list[tuple[Document, list[Any], list[str], np.ndarray | None]] = []
+    # Documents waiting for the next embedding batch.
+    pending: list[_Pending] = []
     n_docs = 0
     n_reused = 0
     n_embedded = 0  # texts that went through the model (not taken from known_vectors)
@@ -189,44 +194,51 @@ def build_from(
     identity = embedder.stamp if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
     chunking = {"window": config.window, "max_chars": config.max_chars, "overlap": config.overlap}
+    with_pieces = bool(opts.pieces) and embedder is not None
     with PackWriter(
         opts.out,
         model=identity,
         dims=embedder.dims if embedder else None,
         gguf=gguf,
         chunking=chunking,
+        pieces=with_pieces,
     ) as writer:
 
         def flush() -> None:
             nonlocal t, n_embedded
-            texts = [s for _, _, embedded, _ in pending for s in embedded]
-            fresh: np.ndarray | None = None
+            # one model call for the batch: chunk texts, then piece texts
+            texts = [s for p in pending for s in p.embedded] + [
+                s for p in pending for s in p.piece_texts
+            ]
+            fresh = np.zeros((0, embedder.dims if embedder else 0), np.float32)
             if embedder and texts:
+                progress.embedding(
+                    len(texts), sum(c.tokens for p in pending if p.embedded for c in p.chunks)
+                )
                 fresh, n = _embed(embedder, texts, known_vectors)
                 n_embedded += n
             t = timer.add("embed", t)
             at = 0
-            for doc, chunks, embedded, given in pending:
-                block = given
-                if block is None and embedder:
-                    n = len(embedded)
-                    block = (
-                        fresh[at : at + n]
-                        if fresh is not None
-                        else np.zeros((0, embedder.dims), np.float32)
-                    )
-                    at += n
+            for p in pending:
+                if p.given is None and embedder:
+                    p.given = fresh[at : at + len(p.embedded)]
+                    at += len(p.embedded)
+            for p in pending:
+                piece_vectors = None
+                if with_pieces:
+                    piece_vectors = fresh[at : at + len(p.piece_texts)]
+                    at += len(p.piece_texts)
                 first = writer.n_chunks
-                writer.add_document(doc, chunks, block)
-                for i, c in enumerate(chunks):
-                    postings.add(first + i, doc.text[c.start : c.end])
+                writer.add_document(p.doc, p.chunks, p.given, p.pieces, piece_vectors)
+                for i, c in enumerate(p.chunks):
+                    postings.add(first + i, p.doc.text[c.start : c.end])
             pending.clear()
             t = timer.add("index", t)
 
         for doc in documents:
             t = timer.add("extract", t)
             n_docs += 1
-            progress.update("documents", n_docs, total)
+            progress.building(n_docs, total, doc.source_size or 0, writer.n_chunks)
             if doc.status == "skipped":
                 skipped.append({"name": doc.name, "reason": doc.reason})
             if doc.status == "failed":
@@ -253,11 +265,17 @@ def build_from(
                             header_cost[h] = count(h) - specials
                         header_tokens += header_cost[h]
                         tokens_embedded += c.tokens
+            item = _Pending(doc, chunks, embedded, given)
+            if with_pieces and chunks:
+                heads = [header(doc.title, section_path(doc, c.section)) for c in chunks]
+                item.pieces = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
+                item.piece_texts = piece_texts(doc.text, heads, item.pieces)
             t = timer.add("chunk", t)
-            pending.append((doc, chunks, embedded, given))
-            if sum(len(e) for _, _, e, _ in pending) >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
+            pending.append(item)
+            waiting = sum(len(p.embedded) + len(p.piece_texts) for p in pending)
+            if waiting >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
                 flush()
-                progress.update("chunks", writer.n_chunks, unit="chunks written")
+                progress.building(n_docs, total, 0, writer.n_chunks)
         flush()
         progress.done()
         if n_docs == len(failed) + len(skipped) and not opts.allow_empty:
@@ -280,13 +298,27 @@ def build_from(
         header_tokens=header_tokens,
         truncated=embedder.truncated if embedder else 0,
         model=identity,
-        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        peak_rss_mb=peak_rss_mb()[0],
+        peak_rss_workers_mb=peak_rss_mb()[1],
         reused_documents=n_reused,
         vectors_embedded=n_embedded,
         filtered=found.filtered if found else 0,
         links_not_followed=found.links_not_followed if found else 0,
         links_followed=found.links_followed if found else 0,
     )
+
+
+@dataclass
+class _Pending:
+    """A document waiting for the next embedding batch: its chunks, the texts to embed for them
+    (or ``given``: vectors a reuse hook supplied), and its pieces with their texts."""
+
+    doc: Document
+    chunks: list[Any]
+    embedded: list[str]
+    given: np.ndarray | None
+    pieces: list[Piece] = field(default_factory=list)
+    piece_texts: list[str] = field(default_factory=list)
 
 
 def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple[np.ndarray, int]:
@@ -305,6 +337,13 @@ def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple
     if missing:
         out[missing] = embedder.embed_documents([texts[i] for i in missing])
     return out, len(missing)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _with_skipped(skipped: list[Document], extracted: Any) -> Any:

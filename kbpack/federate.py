@@ -101,8 +101,10 @@ class SetSearcher(Searcher):
         return sum(m.doc_freq(term) for m in self.members)
 
     # -- dense ---------------------------------------------------------------------------------
-    def _similarities(self, q: np.ndarray) -> np.ndarray:
-        return np.concatenate([m.r.vectors() @ q for m in self.members])
+    def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # each pack scores its own chunks (with its pieces, if it has them)
+        parts = [m._scores(q) for m in self.members]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     # -- filters, gate, thresholds, citations --------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
@@ -126,9 +128,9 @@ class SetSearcher(Searcher):
         i, _ = self.locate(chunk)
         return self.members[i].default_threshold()
 
-    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
+    def chunk_content(self, chunk: int) -> str:
         i, local = self.locate(chunk)
-        return self.members[i]._holds_all(local, codes)
+        return self.members[i].chunk_content(local)
 
     def _result(
         self,
@@ -154,6 +156,8 @@ class PackSet:
         paths: Sequence[str | os.PathLike[str]],
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
+        threads: int | None = None,
+        rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
@@ -166,7 +170,9 @@ class PackSet:
             raise
         self.paths = [r.path for r in self.readers]
         self._model_arg = Path(model) if model else None
+        self._rerank_arg = Path(rerank) if rerank else None
         self._load_model = load_model
+        self._threads = threads
         self._searcher: SetSearcher | None = None
         self.mixed_models = _model_mismatch(self.readers)
 
@@ -193,13 +199,18 @@ class PackSet:
             elif self._load_model:
                 from kbpack.api import resolve_embedder
 
-                embedder, notes = resolve_embedder(self.readers[0], self._model_arg)
+                embedder, notes = resolve_embedder(
+                    self.readers[0], self._model_arg, threads=self._threads
+                )
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:
                 each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
                 notes.append(f"each pack's results are held to its own threshold ({each})")
             members = [Searcher(r, embedder) for r in self.readers]
             self._searcher = SetSearcher(members, embedder, notes)
+            from kbpack.api import load_reranker
+
+            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
     @property

@@ -53,7 +53,7 @@ def check_bytes(path: str, manifest: dict[str, Any]) -> bool:
 
 def storage_violations(path: str, format_version: int) -> list[str]:
     """Spec §1.1 (format 2 on): numeric datasets chunked with Fletcher-32, integer and byte
-    ones also shuffled and deflated (not the vectors, not the GGUF), strings unfiltered."""
+    ones also shuffled and deflated (not float16 vectors, not the GGUF), strings unfiltered."""
     if format_version < 2:
         return []
     bad: list[str] = []
@@ -66,7 +66,7 @@ def storage_violations(path: str, format_version: int) -> list[str]:
             if obj.compression or obj.fletcher32 or obj.shuffle:
                 bad.append(f"{path}: a string dataset with filters")
             return
-        packed = path not in ("/vectors/data", "/model/gguf")
+        packed = obj.dtype.kind in "iu" and path != "/model/gguf"  # not float16 vectors
         if not obj.fletcher32:
             bad.append(f"{path}: no fletcher32")
         if (obj.compression == "gzip") != packed or obj.shuffle != packed:

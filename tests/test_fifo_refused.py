@@ -44,6 +44,6 @@ def test_a_fifo_is_refused_by_every_command(fifo: Path, command: str) -> None:
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert lines == [
-        f"kbpack: error: {fifo}: is a named pipe (FIFO), not a pack file; "
-        "give the path of the .kbpack file"
+        f"kbpack: error: {fifo}: is a named pipe (FIFO), not a regular file, so not a pack; "
+        "give a .kbpack file"
     ], r.stderr

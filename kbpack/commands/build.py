@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,14 @@ import click
 
 from kbpack.commands.common import (
     emit_json,
+    force_option,
     human_size,
     json_option,
     quiet_option,
     show_progress,
     table,
+    threads_option,
 )
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def build_options(f: Any) -> Any:
@@ -47,6 +44,12 @@ def build_options(f: Any) -> Any:
             "family's; '' for none).",
         ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
+        click.option(
+            "--pieces/--no-pieces",
+            default=None,
+            help="Also embed sentence pieces of every chunk (finer dense matching, ~3.5x "
+            "vectors). Default: off for build; update keeps what the pack has.",
+        ),
         click.option(
             "--include",
             multiple=True,
@@ -97,9 +100,7 @@ def build_options(f: Any) -> Any:
             show_default=True,
             help="PDFs with more pages are recorded as failed.",
         ),
-        click.option(
-            "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
-        ),
+        threads_option,
         click.option(
             "--strict",
             is_flag=True,
@@ -110,6 +111,7 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Write the pack even when no document could be read (else exit 1).",
         ),
+        force_option,
         json_option,
         quiet_option,
     ]
@@ -146,9 +148,16 @@ def run_build_command(
     from kbpack.build import BuildOptions
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
+    from kbpack.outpath import check_output
+    from kbpack.pieces import DEFAULT_PIECES
     from kbpack.progress import Progress
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    # before any work: a long build must not end by refusing (or destroying) its output path
+    out = check_output(out, inputs=sources, force=kw.pop("force"))
+    pieces = kw["pieces"]
+    if pieces is None and reuse is None:
+        pieces = DEFAULT_PIECES  # (update, given neither, keeps what the old pack has)
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -169,21 +178,21 @@ def run_build_command(
         threads=kw["threads"],
         query_prefix=kw["query_prefix"],
         doc_prefix=kw["doc_prefix"],
+        pieces=pieces,
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
         raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        if reuse is not None:
-            from kbpack.update import update_pack
+    if kw["pieces"] and not opts.vectors:
+        raise click.UsageError("--pieces needs vectors; drop --no-vectors")
+    # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
+    if reuse is not None:
+        from kbpack.update import update_pack
 
-            report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
-        else:
-            report = run_build(opts, Progress(show_progress(quiet, as_json)))
-    finally:
-        signal.signal(signal.SIGTERM, old)
+        report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+    else:
+        report = run_build(opts, Progress(show_progress(quiet, as_json)))
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:
@@ -202,6 +211,13 @@ def _left_out(report: Any) -> str:
             "(--follow-symlinks reads them)"
         )
     return "; ".join(parts)
+
+
+def peak_memory(own: float, worker: float) -> str:
+    """Both processes run at once, so their sum bounds what the build needed."""
+    if not worker:
+        return f"{own:.0f} MB"
+    return f"{own + worker:.0f} MB (kbpack {own:.0f} MB + extraction worker {worker:.0f} MB)"
 
 
 def render_report(report: Any) -> str:
@@ -231,9 +247,10 @@ def render_report(report: Any) -> str:
             if report.model
             else "-",
         ),
+        *([("pieces", f"{c['pieces']} piece vectors")] if "pieces" in c else []),
         ("terms", c["terms"]),
         ("time", stages),
-        ("peak memory", f"{report.peak_rss_mb:.0f} MB"),
+        ("peak memory", peak_memory(report.peak_rss_mb, report.peak_rss_workers_mb)),
     ]
     if report.reused_documents:
         rows.insert(

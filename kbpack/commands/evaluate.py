@@ -13,8 +13,15 @@ from typing import Any
 import click
 
 from kbpack import evaluate as E
-from kbpack.commands.common import emit_json, json_option
+from kbpack.commands.common import (
+    Choice,
+    emit_json,
+    force_option,
+    json_option,
+    threads_option,
+)
 from kbpack.errors import UsageError
+from kbpack.outpath import check_output
 
 MODES = ("hybrid", "dense", "bm25")
 # How deep calibrate looks into each ranking: the gate may pass results from far down the fused
@@ -61,10 +68,36 @@ def _ensure_dense(pack: Any, modes: Sequence[str]) -> None:
         )
 
 
-def _ranks(pack: Any, questions: Sequence[E.Question], mode: str, depth: int) -> list[int | None]:
+RERANKED = "+rerank"  # suffix of a mode's name when the reranker reordered its results
+
+rerank_option = click.option(
+    "--rerank",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Cross-encoder GGUF: also measure each mode reranked, paired with it unreranked.",
+)
+rerank_top_option = click.option(
+    "--rerank-top",
+    type=click.IntRange(min=1),
+    default=25,
+    show_default=True,
+    help="How many results the reranker scores per question.",
+)
+
+
+def _ranks(
+    pack: Any,
+    questions: Sequence[E.Question],
+    mode: str,
+    depth: int,
+    reranker: Any | None = None,
+    rerank_top: int = 25,
+) -> list[int | None]:
+    """The rank of each question's needle in ``mode`` (reordered by ``reranker`` if given)."""
+    searcher = pack.searcher
+    searcher.reranker = reranker
     out = []
     for q in questions:
-        resp = pack.search(q.query, k=depth, mode=mode, refuse=False)
+        resp = pack.search(q.query, k=depth, mode=mode, refuse=False, rerank_top=rerank_top)
         out.append(E.hit_rank((r.content for r in resp.results), q.needle))
     return out
 
@@ -92,17 +125,20 @@ def _metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, Any]:
     "--mode",
     "modes",
     multiple=True,
-    type=click.Choice(MODES),
+    type=Choice(MODES),
     help="Retrieval mode (repeatable); default: all three (bm25 only without vectors).",
 )
-@click.option("--k", "ks", default="1,4,8,20", show_default=True, help="Cut-offs for recall@k.")
+@click.option("-k", "ks", default="1,4,8,20", show_default=True, help="Cut-offs for recall@k.")
 @click.option(
     "--against",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Compare with another pack on the same questions (paired sign test).",
 )
 @click.option("--ranks", "show_ranks", is_flag=True, help="Also show each question's rank.")
+@rerank_option
+@rerank_top_option
 @model_option
+@threads_option
 @json_option
 def eval_cmd(
     pack: Path,
@@ -111,7 +147,10 @@ def eval_cmd(
     ks: str,
     against: Path | None,
     show_ranks: bool,
+    rerank: Path | None,
+    rerank_top: int,
     model: Path | None,
+    threads: int | None,
     as_json: bool,
 ) -> int:
     """Measure retrieval on PACK with QUESTIONS (JSON lines: query, needle, optional id, phrasing).
@@ -119,15 +158,19 @@ def eval_cmd(
     A question is found at rank r when the r-th result's content holds the whole needle (after
     NFKC and whitespace collapsing). Reports recall@k and MRR with 95% intervals, destroyed
     answers (needles no chunk holds whole), and paired sign tests: first mode vs each other
-    mode, or PACK vs --against for each mode.
+    mode, or PACK vs --against for each mode, or each mode vs itself reranked (--rerank).
     """
     import kbpack
 
+    if rerank is not None and against is not None:
+        raise click.UsageError(
+            "--rerank pairs each mode with itself reranked, --against pairs two packs: give one"
+        )
     cutoffs = _parse_ks(ks)
     qs = E.load_questions(questions)
     depth = max(cutoffs)
     report: dict[str, Any] = {"pack": str(pack), "questions": str(questions), "k": cutoffs}
-    with kbpack.open(str(pack), model=model) as p:
+    with kbpack.open(str(pack), model=model, threads=threads) as p:
         run_modes = _check_modes(p, modes or MODES, asked=bool(modes))
         _ensure_dense(p, run_modes)
         gone = E.destroyed([q.needle for q in qs], (c for _, c in p.iter_chunk_contents()))
@@ -140,9 +183,20 @@ def eval_cmd(
             destroyed={"needles": len(gone_needles), "ids": [qs[i].id for i in gone]},
         )
         ranks = {m: _ranks(p, qs, m, depth) for m in run_modes}
+        if rerank is not None:
+            from kbpack.api import load_reranker
+
+            reranker = load_reranker(rerank, threads)
+            for m in list(run_modes):
+                ranks[m + RERANKED] = _ranks(p, qs, m, depth, reranker, rerank_top)
+            report["rerank"] = {"model": reranker.identity.as_dict(), "top": rerank_top}
+            reranker.close()
+    plain_modes = run_modes
+    if rerank is not None:
+        run_modes = [m for base in plain_modes for m in (base, base + RERANKED)]
     other: dict[str, list[int | None]] = {}
     if against is not None:
-        with kbpack.open(str(against), model=model) as p2:
+        with kbpack.open(str(against), model=model, threads=threads) as p2:
             _ensure_dense(p2, _check_modes(p2, run_modes, asked=True))
             other = {m: _ranks(p2, qs, m, depth) for m in run_modes}
 
@@ -163,6 +217,8 @@ def eval_cmd(
                 for m in run_modes
             },
         }
+    elif rerank is not None:
+        comparisons = [(m, m + RERANKED, ranks[m], ranks[m + RERANKED]) for m in plain_modes]
     else:
         comparisons = [(run_modes[0], m, ranks[run_modes[0]], ranks[m]) for m in run_modes[1:]]
     report["paired"] = [
@@ -268,16 +324,14 @@ def _grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
 
 def _gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
     """The query's ranking as the refusal gate sees it (see kbpack.search: a hybrid result that
-    holds every code-like query term passes whatever its distance)."""
-    from kbpack.search import holds_all_codes
-
+    opens the identifier gate passes whatever its distance)."""
     resp = pack.search(query, k=GATE_DEPTH, mode=mode, refuse=False)
-    codes = pack.searcher.gate_terms(query) if mode == "hybrid" else []
+    gate = pack.searcher.identifier_gate(query) if mode == "hybrid" else None
     want = E.normalize(needle) if needle else None
     distances, hits = [], []
     for r in resp.results:
         d = math.inf if r.distance is None else float(r.distance)
-        if codes and holds_all_codes(r.content, codes):
+        if gate is not None and gate.opens(r.content):
             d = -math.inf
         distances.append(d)
         hits.append(want is not None and want in E.normalize(r.content))
@@ -304,7 +358,7 @@ def _sha256(path: Path) -> str:
 )
 @click.option(
     "--mode",
-    type=click.Choice(["hybrid", "dense"]),
+    type=Choice(["hybrid", "dense"]),
     default="hybrid",
     show_default=True,
     help="The mode whose refusal gate is calibrated.",
@@ -331,7 +385,9 @@ def _sha256(path: Path) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="With --write: write a calibrated copy here instead of replacing PACK.",
 )
+@force_option
 @model_option
+@threads_option
 @json_option
 def calibrate(
     pack: Path,
@@ -342,7 +398,9 @@ def calibrate(
     max_false_refusal: float,
     write: bool,
     output: Path | None,
+    force: bool,
     model: Path | None,
+    threads: int | None,
     as_json: bool,
 ) -> int:
     """Sweep the refusal threshold (cosine distance) on PACK and recommend one.
@@ -357,9 +415,11 @@ def calibrate(
 
     if output is not None and not write:
         raise click.UsageError("--output only makes sense with --write")
+    if output is not None:
+        output = check_output(output, inputs=[pack, questions, ood], force=force)
     qs = E.load_questions(questions)
     oods = E.load_queries(ood)
-    with kbpack.open(str(pack), model=model) as p:
+    with kbpack.open(str(pack), model=model, threads=threads) as p:
         if p.reader.model is None:
             raise UsageError(
                 f"{pack}: this pack has no vectors (built with --no-vectors); there is no distance to calibrate"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbpack.errors import NewerFormatError, PackError, UsageError
+from kbpack.errors import InputError, NewerFormatError, NotAPackError, PackError, UsageError
 from kbpack.pack import format as F
 
 READ_BLOCK = 4 * 2**20
@@ -73,10 +73,16 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def not_a_pack(where: str) -> str:
+    return (
+        f"{where}: not a kbpack pack (no kbpack magic at byte 0); give a file made by kbpack build"
+    )
+
+
 def parse_header(block: bytes, where: str) -> Header:
     """Parse a user block. Raises PackError naming ``where`` (the file) and the problem."""
     if len(block) < 16 or block[:8] != F.MAGIC:
-        raise PackError(f"{where}: not a kbpack pack (no kbpack magic at byte 0)")
+        raise NotAPackError(not_a_pack(where))
     (m_len,) = struct.unpack_from(F.LEN_FORMAT, block, 8)
     if m_len <= 0 or 16 + m_len + 8 > len(block) or m_len > F.MAX_MANIFEST_BYTES:
         raise PackError(f"{where}: manifest length {m_len} is out of range: the header is damaged")
@@ -161,7 +167,8 @@ def _int(doc: Mapping[str, Any], key: str, where: str) -> int:
 def count_key_problems(counts: Mapping[str, Any]) -> str | None:
     """What is wrong with the manifest's count names, in words, or None (verify and the reader
     both ask: a damaged key must be one line, never a KeyError deep in a command)."""
-    missing, unknown = set(F.COUNT_KEYS) - set(counts), set(counts) - set(F.COUNT_KEYS)
+    known = set(F.COUNT_KEYS) | set(F.OPTIONAL_COUNT_KEYS)
+    missing, unknown = set(F.COUNT_KEYS) - set(counts), set(counts) - known
     if not (missing or unknown):
         return None
     wrong = [f"lack {', '.join(sorted(missing))}"] if missing else []
@@ -183,7 +190,7 @@ def refuse_non_regular(path: Path, mode: int) -> None:
     if stat.S_ISREG(mode):
         return
     kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
-    raise UsageError(f"{path}: is {kind}, not a pack file; give the path of the .kbpack file")
+    raise UsageError(f"{path}: is {kind}, not a regular file, so not a pack; give a .kbpack file")
 
 
 def read_header(path: Path) -> Header:
@@ -191,17 +198,23 @@ def read_header(path: Path) -> Header:
     try:
         # O_NONBLOCK: opening a FIFO with no writer would otherwise block right here
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise PackError(f"{path}: cannot read: {e.strerror or e}") from e
+    except FileNotFoundError as e:
+        raise NotAPackError(f"{path}: no such file; check the path") from e
+    except OSError as e:  # unreadable input: a usage error, like a missing one
+        raise InputError(
+            f"{path}: cannot read: {e.strerror or e}; check the path and its permissions"
+        ) from e
     with os.fdopen(fd, "rb") as f:
         refuse_non_regular(path, os.fstat(fd).st_mode)
         try:
             block = f.read(F.USERBLOCK_SIZE)
         except OSError as e:
-            raise PackError(f"{path}: cannot read: {e.strerror or e}") from e
+            raise InputError(
+                f"{path}: cannot read: {e.strerror or e}; check the path and its permissions"
+            ) from e
     if len(block) < F.USERBLOCK_SIZE:
         if block[:8] != F.MAGIC:
-            raise PackError(f"{path}: not a kbpack pack (no kbpack magic at byte 0)")
+            raise NotAPackError(not_a_pack(str(path)))
         raise PackError(f"{path}: truncated: {len(block)} bytes, shorter than the kbpack header")
     return parse_header(block, str(path))
 

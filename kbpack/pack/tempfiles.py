@@ -1,7 +1,7 @@
 """Temporary files beside a pack being written, and the removal of those a dead writer left.
 
 A writer's files are named ``.NAME.tmp-HOST-PID-TOKEN`` (the HDF5 file) plus ``.text``,
-``.vec`` or ``.gguf`` (its spools), beside the output ``NAME``, so that ``os.replace`` stays on
+``.vec``, ``.pieces`` or ``.gguf`` (its spools), beside the output ``NAME``, so that ``os.replace`` stays on
 one file system. A SIGKILL or a power cut leaves them behind; the next writer of the same
 output removes those whose writer is gone: same host, and no process with that PID. A file
 from another host (a shared folder) or from a live process is never touched.
@@ -16,7 +16,7 @@ import secrets
 import socket
 from pathlib import Path
 
-SPOOL_SUFFIXES = (".text", ".vec", ".gguf")
+SPOOL_SUFFIXES = (".text", ".vec", ".pieces", ".gguf")
 
 
 def _host() -> str:

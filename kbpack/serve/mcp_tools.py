@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from kbpack import __version__
+from kbpack.commands.common import SCHEMA
 from kbpack.errors import KbpackError, UsageError
 from kbpack.search import MODES, locator
 from kbpack.serve.library import MAX_K, MAX_QUERY_CHARS, Library
@@ -36,7 +37,7 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
             "description": (
                 "Search the knowledge packs. Returns passages with citations: doc, section, "
                 "locator (doc#char=from,to, PDFs #page=N&char=...), distance, content. "
-                "'answer' is null when nothing is close enough: then say the packs do not say."
+                "'answered' is false when nothing is close enough: then say the packs do not say."
             ),
             "schema": {
                 "type": "object",
@@ -76,7 +77,7 @@ def search_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
     resp = library.search(
         name, str(args["query"]), k=int(args.get("k", 5)), mode=str(args.get("mode", "hybrid"))
     )
-    return {"pack": library.get(name).name, **resp.as_dict()}
+    return {"schema": SCHEMA, "command": "query", "pack": library.get(name).name, **resp.as_dict()}
 
 
 def read_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +145,7 @@ def build_server(library: Library) -> Any:
         version=__version__,
         instructions=(
             "Offline knowledge packs. Call search first; cite results by their locator; "
-            "call read for more context around a result. If search returns answer null, the "
+            "call read for more context around a result. If search returns answered false, the "
             "packs do not answer the question."
         ),
         get_tool_input_schema=lambda name: schemas[name]["schema"] if name in schemas else None,

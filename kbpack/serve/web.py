@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from kbpack import __version__
+from kbpack.commands.common import SCHEMA
 from kbpack.errors import KbpackError, UsageError
 from kbpack.lexical import tokenize
 from kbpack.serve.guard import Guard
@@ -36,7 +37,12 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_CSS = resources.files("kbpack.serve").joinpath("static/kbpack.css").read_bytes()
+_STATIC = resources.files("kbpack.serve").joinpath("static")
+# (bytes, media type) read once; served from memory by exact name: nothing else is reachable
+STATIC = {
+    "kbpack.css": (_STATIC.joinpath("kbpack.css").read_bytes(), "text/css"),
+    "favicon.svg": (_STATIC.joinpath("favicon.svg").read_bytes(), "image/svg+xml"),
+}
 
 
 def create_app(library: Library, *, token: str | None = None, loopback: bool = True) -> Any:
@@ -120,8 +126,11 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             page_href=lambda n: doc_href(doc.pack, doc.name) + "&" + urlencode({"page": n}),
         )
 
-    def css(_: Request) -> Response:
-        return Response(_CSS, media_type="text/css", headers={"cache-control": "max-age=3600"})
+    def static(request: Request) -> Response:
+        found = STATIC.get(request.path_params["name"])
+        if found is None:
+            return not_found(request, None)
+        return Response(found[0], media_type=found[1], headers={"cache-control": "max-age=3600"})
 
     # -- the JSON API --------------------------------------------------------------------------
     def api_search(request: Request) -> Response:
@@ -139,7 +148,9 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             )
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse({"pack": library.get(q.get("pack")).name, **resp.as_dict()})
+        return JSONResponse(
+            {**shape("query"), "pack": library.get(q.get("pack")).name, **resp.as_dict()}
+        )
 
     def api_doc(request: Request) -> Response:
         q = request.query_params
@@ -148,7 +159,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             span = hit_span(doc, q.get("from"), q.get("to")) or (0, len(doc.text))
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse(document_json(doc, *span))
+        return JSONResponse({**shape("serve"), **document_json(doc, *span)})
 
     def api_inspect(request: Request) -> Response:
         from kbpack.commands.inspect import describe
@@ -157,19 +168,23 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             p = library.get(request.query_params.get("pack"))
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse({"pack": p.name, "verify": p.verify, **describe(p.path)})
+        return JSONResponse(
+            {**shape("inspect"), "pack": p.name, "verify": p.verify, **describe(p.path)}
+        )
 
     def api_packs(_: Request) -> Response:
-        return JSONResponse({"packs": [pack_json(p) for p in library.packs.values()]})
+        return JSONResponse(
+            {**shape("serve"), "packs": [pack_json(p) for p in library.packs.values()]}
+        )
 
-    def not_found(request: Request, exc: Exception) -> Response:
+    def not_found(request: Request, exc: Exception | None) -> Response:
         return PlainTextResponse("not found\n", status_code=404)
 
     app = Starlette(
         routes=[
             Route("/", search_page),
             Route("/doc/{name:path}", reader_page),
-            Route("/static/kbpack.css", css),
+            Route("/static/{name}", static),
             Route("/api/search", api_search),
             Route("/api/doc/{name:path}", api_doc),
             Route("/api/inspect", api_inspect),
@@ -181,6 +196,11 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def shape(command: str) -> dict[str, Any]:
+    """The envelope of spec/JSON.md: ``command`` names the CLI command whose keys follow."""
+    return {"schema": SCHEMA, "command": command}
+
+
 def http_status(e: KbpackError) -> int:
     if isinstance(e, NotFound):
         return 404
