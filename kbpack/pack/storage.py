@@ -33,7 +33,8 @@ VECTOR_CHUNK_BYTES = 256 * 1024  # vectors are scanned whole; larger chunks cost
 DEFLATE_LEVEL = 4  # postings + offsets of 100k chunks (68.6 MB raw): 11.9 MB at level 1, 11.2 at
 #   4, 10.95 at 9, which took 6x level 4's time to write
 
-INTEGER_DTYPES = frozenset({"i1", "i4", "i8", "u1"})  # spec dtypes that shuffle + deflate
+# Elements stored checksummed but not compressed (see the module docstring for why).
+UNCOMPRESSED = frozenset({F.VEC_DATA, F.PIECE_DATA, F.MODEL_GGUF})
 
 
 def checksummed(path: str) -> bool:
@@ -42,15 +43,14 @@ def checksummed(path: str) -> bool:
 
 
 def compressed(path: str) -> bool:
-    """Whether format 2 stores ``path`` with shuffle + deflate: integer and byte columns, not
-    the float16 vectors (chunk or piece level) nor the embedded GGUF (see the module doc)."""
-    return F.ELEMENT_BY_PATH[path].dtype in INTEGER_DTYPES and path != F.MODEL_GGUF
+    """Whether format 2 stores ``path`` with shuffle + deflate (integer and byte columns)."""
+    return checksummed(path) and path not in UNCOMPRESSED
 
 
 def chunk_shape(path: str, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Chunk dimensions for a dataset of ``shape``: whole rows, about ``CHUNK_BYTES`` each."""
     row_bytes = max(1, itemsize * int(np.prod(shape[1:], dtype=np.int64)))
-    target = VECTOR_CHUNK_BYTES if len(shape) == 2 else CHUNK_BYTES  # vectors: scanned whole
+    target = VECTOR_CHUNK_BYTES if path in (F.VEC_DATA, F.PIECE_DATA) else CHUNK_BYTES
     rows = max(1, target // row_bytes)
     if shape[0]:
         rows = min(rows, shape[0])  # a small column is one chunk, not a mostly empty one
