@@ -379,6 +379,7 @@ def test_every_finding_code_is_documented_and_every_documented_code_is_used() ->
         exam_state,
         examine,
         invariants,
+        piece_invariants,
         sandbox,
         structure,
         vector_invariants,
@@ -390,7 +391,7 @@ def test_every_finding_code_is_documented_and_every_documented_code_is_used() ->
     emitted: set[str] = set()
     # every module that emits verify findings
     modules = [verify, verify_bytes, verify_signature, sandbox, structure, examine, exam_state]
-    modules += [element_digests, invariants, vector_invariants, bm25_invariants]
+    modules += [element_digests, invariants, vector_invariants, piece_invariants, bm25_invariants]
     for module in modules:
         tree = ast.parse(Path(module.__file__ or "").read_text())
         for node in ast.walk(tree):
