@@ -379,7 +379,7 @@ def test_diff_says_when_the_piece_level_differs(
 
 def test_migrate_keeps_the_pieces(pieces_pack: Path, tmp_path: Path, wide_model: Path) -> None:
     out = tmp_path / "m.kbpack"
-    code, stdout, err = run(
+    code, _, err = run(
         "migrate", str(pieces_pack), "-o", str(out), "--model", str(wide_model), "--json"
     )
     assert code == 0, err
