@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "build": ("kbpack.commands.build", "build", "Build a pack from folders and files."),
     "update": ("kbpack.commands.update", "update", "Rebuild a pack, reusing unchanged documents."),
     "query": ("kbpack.commands.query", "query", "Search a pack; answers carry citations."),
+    "merge": ("kbpack.commands.merge", "merge", "Merge several packs into one (no re-embedding)."),
     "inspect": (
         "kbpack.commands.inspect",
         "inspect",

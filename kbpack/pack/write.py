@@ -90,6 +90,7 @@ class PackWriter:
         gguf: Path | None = None,
         created: str | None = None,
         chunking: Mapping[str, Any] | None = None,
+        manifest_extra: Mapping[str, Any] | None = None,
     ) -> None:
         if (model is None) != (dims is None):
             raise ValueError(
@@ -104,6 +105,7 @@ class PackWriter:
         self.dims = dims
         self.gguf = gguf
         self.chunking = dict(chunking) if chunking else None
+        self.manifest_extra = dict(manifest_extra) if manifest_extra else {}  # e.g. merged_from
         self.created = created or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
         self.tmp = temp_path_for(self.out)
         self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
@@ -247,6 +249,7 @@ class PackWriter:
                 elements=elements,
                 kbpack_version=__version__,
                 created=self.created,
+                extra=self.manifest_extra,
             )
             write_header(self.tmp, encode_header(manifest.to_json_bytes()))
             _fsync_file(self.tmp)

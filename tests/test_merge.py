@@ -1,0 +1,155 @@
+"""kbpack merge: packs streamed into one equal a fresh build of the union."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scale_corpus import PART_A, PART_B, build_pack, write_folder
+
+from kbpack.cli import cli
+from kbpack.errors import UsageError
+from kbpack.merge import merge_packs
+from kbpack.pack.read import PackReader
+from kbpack.pack.verify import verify_pack
+
+# the path each build was given: informational, and different by construction
+SOURCE_PATH = "/documents/source_path"
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny_gguf import build_tiny_gguf
+
+    return build_tiny_gguf(tmp_path_factory.mktemp("wide") / "wide.gguf", name="wide", window=256)
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("merge")
+    return {
+        "a": build_pack(write_folder(root / "a", PART_A), root / "a.kbpack", model),
+        "b": build_pack(write_folder(root / "b", PART_B), root / "b.kbpack", model),
+        "union": build_pack(
+            write_folder(root / "u", {**PART_A, **PART_B}), root / "union.kbpack", model
+        ),
+    }
+
+
+def datasets(path: Path) -> dict[str, object]:
+    """Every dataset of a pack, read whole (strings as lists)."""
+    out: dict[str, object] = {}
+    with h5py.File(path, "r") as h:
+
+        def visit(name: str, obj: object) -> None:
+            if isinstance(obj, h5py.Dataset):
+                out["/" + name] = (
+                    list(obj.asstr()[()]) if obj.dtype.kind == "O" else np.asarray(obj[()])
+                )
+
+        h.visititems(visit)
+    return out
+
+
+def assert_same_content(got: Path, want: Path) -> None:
+    a, b = datasets(got), datasets(want)
+    assert sorted(a) == sorted(b)
+    for path in a:
+        if path == SOURCE_PATH:
+            continue
+        x, y = a[path], b[path]
+        if isinstance(x, np.ndarray):
+            assert isinstance(y, np.ndarray) and x.dtype == y.dtype, path
+            assert np.array_equal(x, y), path  # vectors too: bit for bit
+        else:
+            assert x == y, path
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+def test_merge_equals_a_fresh_build_of_the_union(
+    packs: dict[str, Path], tmp_path: Path, order: tuple[str, str]
+) -> None:
+    out = tmp_path / "merged.kbpack"
+    report = merge_packs([packs[k] for k in order], out)
+    assert_same_content(out, packs["union"])
+    assert verify_pack(out).intact
+    with PackReader(out) as r, PackReader(packs["union"]) as u:
+        assert r.counts == u.counts
+        assert r.model == u.model and r.chunking == u.chunking
+        sources = r.manifest.extra["merged_from"]
+    assert [s["file"] for s in sources] == [f"{k}.kbpack" for k in order]
+    for s, k in zip(sources, order, strict=True):
+        with PackReader(packs[k]) as src:
+            assert s["hdf5_sha256"] == src.manifest.hdf5_sha256
+            assert s["documents"] == src.counts["documents"]
+    assert report.counts["documents_failed"] == 1  # broken.pdf keeps its failure record
+
+
+def test_merging_a_merged_pack_keeps_its_history(
+    packs: dict[str, Path], model: Path, tmp_path: Path
+) -> None:
+    ab = merge_packs([packs["a"], packs["b"]], tmp_path / "ab.kbpack").path
+    src = write_folder(tmp_path / "z", {"zeta.md": "# Zeta\n\nA last note.\n"})
+    z = build_pack(src, tmp_path / "z.kbpack", model)
+    abz = merge_packs([ab, z], tmp_path / "abz.kbpack").path
+    with PackReader(abz) as r:
+        history = r.manifest.extra["merged_from"]
+    assert [s["file"] for s in history] == ["ab.kbpack", "z.kbpack"]
+    assert [s["file"] for s in history[0]["merged_from"]] == ["a.kbpack", "b.kbpack"]
+    lexical = build_pack(src, tmp_path / "z-lex.kbpack", None)
+    with pytest.raises(UsageError, match=r"z-lex.kbpack has no vectors but .*ab.kbpack has"):
+        merge_packs([ab, lexical], tmp_path / "x.kbpack")
+
+
+def test_duplicate_names_need_prefer(packs: dict[str, Path], model: Path, tmp_path: Path) -> None:
+    changed = tmp_path / "a2"
+    write_folder(changed, {"alpha.md": "# Rotating logs\n\nRewritten: logs rotate daily now.\n"})
+    a2 = build_pack(changed, tmp_path / "a2.kbpack", model)
+    with pytest.raises(UsageError, match=r"^alpha.md: in both .*a.kbpack and .*a2.kbpack; pass"):
+        merge_packs([packs["a"], a2], tmp_path / "x.kbpack")
+    assert not (tmp_path / "x.kbpack").exists()
+    for prefer, want in (("first", "Logs grow without bound"), ("last", "Rewritten")):
+        out = merge_packs([packs["a"], a2], tmp_path / f"{prefer}.kbpack", prefer=prefer)  # type: ignore[arg-type]
+        assert [d["name"] for d in out.dropped] == ["alpha.md"]
+        with PackReader(out.path) as r:
+            names = r.strings("/documents/name")
+            assert names.count("alpha.md") == 1
+            assert want in r.text(names.index("alpha.md"))
+
+
+def test_packs_of_two_models_are_refused(
+    packs: dict[str, Path], tiny_model_b: Path, tmp_path: Path
+) -> None:
+    other = build_pack(
+        write_folder(tmp_path / "o", {"zeta.md": "# Zeta\n\nNote.\n"}),
+        tmp_path / "o.kbpack",
+        tiny_model_b,
+    )
+    with pytest.raises(UsageError, match=r"o.kbpack: embedded with tiny-b .* cannot share a pack"):
+        merge_packs([packs["a"], other], tmp_path / "x.kbpack")
+
+
+def test_cli_merge_json_and_errors(packs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cli.kbpack"
+    r = CliRunner().invoke(
+        cli, ["merge", str(packs["a"]), str(packs["b"]), "-o", str(out), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["counts"]["documents"] == 5 and len(report["sources"]) == 2
+    r = CliRunner().invoke(cli, ["merge", str(packs["a"]), str(packs["a"]), "-o", str(out)])
+    assert r.exit_code == 2
+    assert "given twice" in r.stderr
+    r = CliRunner().invoke(cli, ["merge", str(packs["a"]), str(out), "-o", str(out)])
+    assert r.exit_code == 2 and "is one of the packs being merged" in r.stderr
+    r = CliRunner().invoke(
+        cli, ["merge", str(packs["a"]), str(packs["b"]), "-o", str(tmp_path / "t.kbpack")]
+    )
+    assert (
+        r.exit_code == 0
+        and "merged       a.kbpack (3 documents), b.kbpack (2 documents)" in r.stdout
+    )
