@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None)
     args = ap.parse_args()
     emb = Embedder(args.model)
-    candidates, _ = discover([ROOT / "fixtures/eval/corpus"])
+    candidates = discover([ROOT / "fixtures/eval/corpus"]).candidates
     with_h: list[str] = []
     bare: list[str] = []
     contents: list[str] = []

@@ -19,7 +19,9 @@ import numpy as np
 
 from kbpack.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
 from kbpack.document import Document
+from kbpack.errors import KbpackError
 from kbpack.extract import Limits, discover, extract_all
+from kbpack.extract.discover import Discovery
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
 from kbpack.progress import Progress
@@ -36,6 +38,8 @@ class BuildOptions:
     embed_model: bool = False  # store the GGUF inside the pack
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
+    follow_symlinks: bool = False  # read folders outside the tree that links point to
+    allow_empty: bool = False  # False: a build that yields no document fails (EmptyBuildError)
     limits: Limits = field(default_factory=Limits)
     max_chars: int | None = None
     overlap: int = 0
@@ -59,6 +63,9 @@ class BuildReport:
     peak_rss_mb: float
     reused_documents: int = 0
     vectors_embedded: int = 0  # chunks that went through the model (the rest were reused)
+    filtered: int = 0  # files left out by --include/--exclude (not documents)
+    links_not_followed: int = 0  # symlinked folders outside the tree (no --follow-symlinks)
+    links_followed: int = 0  # files outside the tree read through a symlink
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -90,9 +97,38 @@ KnownVectors = Callable[[str], "np.ndarray | None"]
 
 def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     """Discover and extract the sources, then build the pack."""
-    candidates, skipped_docs = discover(opts.sources, opts.include, opts.exclude)
-    documents = _with_skipped(skipped_docs, extract_all(candidates, opts.limits))
-    return build_from(documents, len(candidates) + len(skipped_docs), opts, progress)
+    found = discover(opts.sources, opts.include, opts.exclude, opts.follow_symlinks)
+    documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
+    total = len(found.candidates) + len(found.records)
+    report = build_from(documents, total, opts, progress, found=found)
+    return report
+
+
+class EmptyBuildError(KbpackError):
+    """The build yielded no document to search (and ``allow_empty`` was not given)."""
+
+
+def _refuse_empty(
+    opts: BuildOptions,
+    failed: list[dict[str, str]],
+    skipped: list[dict[str, str]],
+    found: Discovery | None,
+) -> None:
+    where = ", ".join(str(s) for s in opts.sources) or "the sources"
+    parts = [f"{len(failed)} failed", f"{len(skipped)} skipped"]
+    if found is not None and found.filtered:
+        parts.append(f"{found.filtered} left out by --include/--exclude")
+    first = (failed or skipped or [None])[0]
+    why = f"; first: {first['name']}: {first['reason']}" if first else ""
+    hint = ""
+    if found is not None and found.links_not_followed and "--follow-symlinks" not in why:
+        hint = (
+            f" ({found.links_not_followed} symlinked folders not followed: pass --follow-symlinks)"
+        )
+    raise EmptyBuildError(
+        f"{where}: no documents to pack ({', '.join(parts)}){why}{hint}; fix the sources or "
+        "pass --allow-empty to write an empty pack"
+    )
 
 
 def build_from(
@@ -102,6 +138,7 @@ def build_from(
     progress: Progress | None = None,
     reuse: Reuse | None = None,
     known_vectors: KnownVectors | None = None,
+    found: Discovery | None = None,
 ) -> BuildReport:
     """Chunk, embed, index and write ``documents`` (in order) to ``opts.out``.
 
@@ -109,7 +146,8 @@ def build_from(
     supply the chunks and vectors of documents it already has (same model, same pipeline); it
     may return vectors None to have the given chunks embedded. ``known_vectors`` maps an
     embedded text to the vector this very model gave it before (or None): those are not
-    embedded again.
+    embedded again. ``found`` is what discovery counted, for the report and the refusal of an
+    empty build (EmptyBuildError unless ``opts.allow_empty``; the output is then untouched).
     """
     progress = progress or Progress(enabled=False)
     timer = _Timer()
@@ -216,6 +254,8 @@ def build_from(
                 progress.update("chunks", writer.n_chunks, unit="chunks written")
         flush()
         progress.done()
+        if n_docs == len(failed) + len(skipped) and not opts.allow_empty:
+            _refuse_empty(opts, failed, skipped, found)  # the writer aborts: nothing replaced
         writer.set_postings(postings.finish(writer.n_chunks))
         t = timer.add("index", t)
         committed = writer.commit()
@@ -237,6 +277,9 @@ def build_from(
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         reused_documents=n_reused,
         vectors_embedded=n_embedded,
+        filtered=found.filtered if found else 0,
+        links_not_followed=found.links_not_followed if found else 0,
+        links_followed=found.links_followed if found else 0,
     )
 
 

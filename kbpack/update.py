@@ -169,7 +169,8 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
 
     ``opts.out`` may be ``old`` itself: the new pack replaces it atomically at the end.
     """
-    candidates, skipped = discover(opts.sources, opts.include, opts.exclude)
+    found = discover(opts.sources, opts.include, opts.exclude, opts.follow_symlinks)
+    candidates, skipped = found.candidates, found.records
     with PackReader(old) as reader:
         if opts.max_chars is None and opts.overlap == 0:
             # not given on the command line: chunk as the old pack was chunked
@@ -194,6 +195,7 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
             progress,
             reuse=hooks.document,
             known_vectors=hooks.vector if hooks.by_text else None,
+            found=found,
         )
 
 

@@ -137,11 +137,11 @@ def test_limits_file_size_pages_and_zip_members() -> None:
     too_big = extract(pdf, Limits(max_file_bytes=1000), folder=DOCS)
     assert_failed(
         too_big, "limits", "file is 155.0 KiB, over the 1000 bytes limit; "
-        "raise the file size limit to include it",
+        "raise --max-file-mb to include it",
     )  # fmt: skip
     too_long = extract(pdf, Limits(max_pages=5), folder=DOCS)
     assert_failed(
-        too_long, "limits", "PDF has 6 pages, over the 5-page limit; raise the page limit to "
+        too_long, "limits", "PDF has 6 pages, over the 5-page limit; pass --max-pages 6 to "
         "include it",
     )  # fmt: skip
     crowded = extract("sqlite/sqlite-isolation.docx", Limits(max_zip_members=5), folder=DOCS)

@@ -43,36 +43,38 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_discover_walks_sorted_skips_hidden_and_records_the_rest(tree: Path) -> None:
-    candidates, skipped = discover([tree])
+    found = discover([tree])
+    candidates, skipped = found.candidates, found.records
     assert [(c.name, c.kind) for c in candidates] == [
         ("a.txt", "txt"),
         ("b.md", "md"),
+        ("link-out.md", "md"),  # a link to a file is read, with a note (test_discover.py)
         ("sub/deep/c.html", "html"),
     ]
     # link-in.md points at b.md, which is read once under its own name.
     assert {d.name: d.reason for d in skipped} == {
         "broken.md": "broken symlink",
-        "dir-out": "symlinked folder outside the input tree",
-        "link-out.md": "symlink to a file outside the input tree",
+        "dir-out": "symlinked folder outside the input tree; --follow-symlinks reads it",
         "sub/image.png": "unsupported type .png",
         "sub/notes.log": "unsupported type .log",
     }
     assert all(d.status == "skipped" for d in skipped)
     png = next(d for d in skipped if d.name == "sub/image.png")
     assert png.source_sha256 == hashlib.sha256(b"\x89PNG").hexdigest()
-    outside = next(d for d in skipped if d.name == "link-out.md")
-    assert outside.source_sha256 == ""  # never read a file outside the tree
+    broken = next(d for d in skipped if d.name == "broken.md")
+    assert broken.source_sha256 == ""  # nothing to read
 
 
 def test_discover_globs_and_single_files(tree: Path) -> None:
-    candidates, skipped = discover([tree], include=["*.md", "*.html"], exclude=["sub/*"])
-    assert [c.name for c in candidates] == ["b.md"]
-    reasons = {d.name: d.reason for d in skipped}
-    assert reasons["a.txt"] == "not matched by any --include pattern"
-    assert reasons["sub/deep/c.html"] == "excluded by --exclude 'sub/*'"
-    single, none_skipped = discover([tree / "sub" / "deep" / "c.html"])
-    assert single == [Candidate(tree / "sub" / "deep" / "c.html", "c.html", "html")]
-    assert none_skipped == []
+    found = discover([tree], include=["*.md", "*.html"], exclude=["sub/*", "link-*"])
+    assert [c.name for c in found.candidates] == ["b.md"]
+    # the filters' choices are counted, not recorded: a.txt, sub/* (3), link-* (2); the
+    # folder link is no file for --include to judge
+    assert {d.name for d in found.records} == {"broken.md", "dir-out"}
+    assert found.filtered == 6
+    single = discover([tree / "sub" / "deep" / "c.html"])
+    assert single.candidates == [Candidate(tree / "sub" / "deep" / "c.html", "c.html", "html")]
+    assert single.records == []
 
 
 def test_discover_errors_name_the_path(tmp_path: Path) -> None:
@@ -86,7 +88,7 @@ def test_discover_errors_name_the_path(tmp_path: Path) -> None:
 
 
 def test_extract_all_matches_in_process_extraction_in_order() -> None:
-    candidates, _ = discover([ROOT / "hostile", ROOT / "docs" / "sqlite"])
+    candidates = discover([ROOT / "hostile", ROOT / "docs" / "sqlite"]).candidates
     assert len(candidates) > 15
     in_worker = list(extract_all(candidates))
     assert [d.name for d in in_worker] == [c.name for c in candidates]
@@ -166,7 +168,7 @@ def _worker_children() -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
 def test_abandoning_extract_all_stops_the_worker() -> None:
-    candidates, _ = discover([ROOT / "docs" / "sqlite"])
+    candidates = discover([ROOT / "docs" / "sqlite"]).candidates
     documents = extract_all(candidates)
     assert next(documents).status == "ok"
     assert len(_worker_children()) == 1

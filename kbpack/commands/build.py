@@ -48,6 +48,11 @@ def build_options(f: Any) -> Any:
             help="Skip names matching GLOB (repeatable).",
         ),
         click.option(
+            "--follow-symlinks",
+            is_flag=True,
+            help="Also read folders outside the input tree that symlinks point to (loop-safe).",
+        ),
+        click.option(
             "--max-chars",
             type=click.IntRange(min=64),
             help="Character target per chunk (secondary to the token window).",
@@ -71,12 +76,28 @@ def build_options(f: Any) -> Any:
             type=click.FloatRange(min=0.001),
             default=100.0,
             show_default=True,
-            help="Larger sources are recorded as failed (too-large).",
+            help="Larger sources (and compressed ones that inflate past it) are recorded as failed.",
+        ),
+        click.option(
+            "--max-pages",
+            type=click.IntRange(min=1),
+            default=2000,
+            show_default=True,
+            help="PDFs with more pages are recorded as failed.",
         ),
         click.option(
             "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
         ),
-        click.option("--strict", is_flag=True, help="Exit 1 when any document failed."),
+        click.option(
+            "--strict",
+            is_flag=True,
+            help="Exit 1 when any document failed or was skipped (--include/--exclude aside).",
+        ),
+        click.option(
+            "--allow-empty",
+            is_flag=True,
+            help="Write the pack even when no document could be read (else exit 1).",
+        ),
         json_option,
         quiet_option,
     ]
@@ -100,8 +121,9 @@ def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     """Build a pack from folders and files (md, txt, html, pdf, docx).
 
     Failed documents are recorded in the pack with their reason; the build goes on.
-    Exit 0 on success, 1 when --strict and a document failed, 2 on usage errors,
-    130 when interrupted (the output path is left as it was).
+    Exit 0 on success, 1 when no document could be read (unless --allow-empty) or when
+    --strict and a document failed or was skipped, 2 on usage errors, 130 when interrupted
+    (the output path is left as it was).
     """
     return run_build_command(sources, out, **kw)
 
@@ -123,7 +145,13 @@ def run_build_command(
         embed_model=kw["embed_model"],
         include=kw["include"],
         exclude=kw["exclude"],
-        limits=Limits(max_file_bytes=int(kw["max_file_mb"] * 2**20), timeout_s=kw["timeout"]),
+        follow_symlinks=kw["follow_symlinks"],
+        allow_empty=kw["allow_empty"],
+        limits=Limits(
+            max_file_bytes=int(kw["max_file_mb"] * 2**20),
+            timeout_s=kw["timeout"],
+            max_pages=kw["max_pages"],
+        ),
         max_chars=kw["max_chars"],
         overlap=kw["overlap"],
         threads=kw["threads"],
@@ -144,7 +172,20 @@ def run_build_command(
         emit_json(report.as_dict())
     elif not quiet:
         click.echo(render_report(report))
-    return 1 if (strict and report.failed) else 0
+    return 1 if (strict and (report.failed or report.skipped)) else 0
+
+
+def _left_out(report: Any) -> str:
+    """What discovery left out on purpose, and the option that changes it."""
+    parts = []
+    if report.filtered:
+        parts.append(f"{report.filtered} files by --include/--exclude")
+    if report.links_not_followed:
+        parts.append(
+            f"{report.links_not_followed} symlinked folders outside the tree "
+            "(--follow-symlinks reads them)"
+        )
+    return "; ".join(parts)
 
 
 def render_report(report: Any) -> str:
@@ -186,6 +227,9 @@ def render_report(report: Any) -> str:
                 f"{report.reused_documents} unchanged documents; {report.vectors_embedded} chunks embedded",
             ),
         )
+    left = _left_out(report)
+    if left:
+        rows.insert(2, ("left out", left))
     lines = [table(rows)]
     for f in report.failed:
         lines.append(f"  failed   {f['name']}: {f['reason']}")

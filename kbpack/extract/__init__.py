@@ -15,7 +15,7 @@ paragraph; in every case the file name stem when none of these exists.
 from __future__ import annotations
 
 from kbpack.extract.common import EXTRACTOR_VERSIONS, KIND_BY_SUFFIX, MEDIA_TYPES
-from kbpack.extract.discover import Candidate, discover
+from kbpack.extract.discover import Candidate, Discovery, discover
 from kbpack.extract.file import extract_file
 from kbpack.extract.limits import Limits
 from kbpack.extract.worker import extract_all
@@ -25,6 +25,7 @@ __all__ = [
     "KIND_BY_SUFFIX",
     "MEDIA_TYPES",
     "Candidate",
+    "Discovery",
     "Limits",
     "discover",
     "extract_all",

@@ -38,8 +38,34 @@ EXTRACTOR_VERSIONS: dict[str, int] = {"md": 1, "txt": 1, "html": 1, "pdf": 1, "d
 _OWN = {"md", "txt", "html"}
 
 
+# Compressed documents are read through their decompressor and typed by the inner name
+# (``x.html.gz`` is HTML). Value: the magic bytes that confirm the compression.
+COMPRESSIONS: dict[str, tuple[str, bytes]] = {
+    ".gz": ("gzip", b"\x1f\x8b"),
+    ".bz2": ("bzip2", b"BZh"),
+    ".xz": ("xz", b"\xfd7zXZ\x00"),
+}
+
+
+def compression_of(path: Path) -> str | None:
+    """The compression suffix of ``path`` (``.gz``, ``.bz2``, ``.xz``), or None."""
+    suffix = path.suffix.lower()
+    return suffix if suffix in COMPRESSIONS else None
+
+
+def inner_name(path: Path) -> Path:
+    """The name with a compression suffix taken off: ``a/x.html.gz`` -> ``a/x.html``."""
+    return path.with_suffix("") if compression_of(path) else path
+
+
 def kind_of(path: Path) -> str | None:
-    return KIND_BY_SUFFIX.get(path.suffix.lower())
+    return KIND_BY_SUFFIX.get(inner_name(path).suffix.lower())
+
+
+def type_suffix(path: Path) -> str:
+    """The suffix that decides the type, as a user would write it (``.png``, ``.tar.gz``)."""
+    inner = inner_name(path)
+    return (inner.suffix.lower() + (compression_of(path) or "")) or "(no extension)"
 
 
 def media_type_of(path: Path) -> str:
@@ -80,16 +106,17 @@ def file_identity(path: Path) -> tuple[int, str]:
 
 def blank_document(path: Path, name: str, kind: str | None) -> Document:
     """A document with its identity filled in and nothing extracted yet (size/hash set later)."""
+    stem = inner_name(path).stem or path.name
     return Document(
         name=name,
         source_path=str(path),
         media_type=MEDIA_TYPES[kind] if kind else media_type_of(path),
         source_size=0,
         source_sha256="",
-        title=path.stem or path.name,
+        title=stem,
         extractor=extractor_name(kind) if kind else "none",
         extractor_version=EXTRACTOR_VERSIONS.get(kind or "", 0),
-        sections=[Section(0, path.stem or path.name, 0, 0, -1)],
+        sections=[Section(0, stem, 0, 0, -1)],
     )
 
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 from kbpack.document import Document
 from kbpack.errors import ExtractionError
-from kbpack.extract.common import blank_document, failed, file_identity, human_bytes, kind_of
+from kbpack.extract.common import (
+    COMPRESSIONS,
+    blank_document,
+    compression_of,
+    failed,
+    file_identity,
+    human_bytes,
+    kind_of,
+    type_suffix,
+)
 from kbpack.extract.limits import Limits
 from kbpack.extract.structure import Heading, build_sections
 from kbpack.text import Decoded, canonicalize, decode_text
@@ -97,6 +106,36 @@ def _extract(data: bytes, doc: Document, kind: str, limits: Limits) -> Document:
     raise ExtractionError(f"no extractor for kind {kind!r}", "detect")
 
 
+def _decompress(data: bytes, suffix: str, cap: int) -> bytes:
+    """The inflated bytes of a compressed document, read in bounded blocks: a stream that
+    inflates past ``cap`` bytes is refused before it is held (a 1 KB bomb costs nothing)."""
+    import bz2
+    import gzip
+    import lzma
+    from io import BytesIO
+
+    name, magic = COMPRESSIONS[suffix]
+    if not data.startswith(magic):
+        raise ExtractionError(f"not {name} data although the name ends in {suffix}", "detect")
+    opener = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}[suffix]
+    blocks: list[bytes] = []
+    size = 0
+    try:
+        with opener(fileobj=BytesIO(data)) if suffix == ".gz" else opener(BytesIO(data)) as f:
+            while block := f.read(1 << 20):
+                size += len(block)
+                if size > cap:
+                    raise ExtractionError(
+                        f"{name} stream inflates past {human_bytes(cap)}, the file size limit; "
+                        "raise --max-file-mb to include it",
+                        "limits",
+                    )
+                blocks.append(block)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise ExtractionError(f"damaged {name} stream: {e}", "read") from e
+    return b"".join(blocks)
+
+
 def extract_file(path: Path, name: str, limits: Limits | None = None) -> Document:
     """Extract one file in this process. Returns a Document with status 'ok', or 'failed' with
     a one-line reason and a stage (read, detect, extract, limits); 'skipped' for a type kbpack
@@ -115,7 +154,7 @@ def extract_file(path: Path, name: str, limits: Limits | None = None) -> Documen
             return failed(
                 doc,
                 f"file is {human_bytes(size)}, over the {human_bytes(limits.max_file_bytes)} "
-                "limit; raise the file size limit to include it",
+                "limit; raise --max-file-mb to include it",
                 "limits",
             )
         data = path.read_bytes()
@@ -123,12 +162,20 @@ def extract_file(path: Path, name: str, limits: Limits | None = None) -> Documen
         return failed(doc, f"cannot read the file: {e.strerror or e}", "read")
     doc = replace(doc, source_size=len(data), source_sha256=sha256(data).hexdigest())
     if kind is None:
-        suffix = path.suffix.lower() or "(no extension)"
-        return replace(doc, status="skipped", reason=f"unsupported type {suffix}", stage="detect")
+        reason = f"unsupported type {type_suffix(path)}"
+        return replace(doc, status="skipped", reason=reason, stage="detect")
     if not data:
         return failed(doc, "empty file", "read")
     try:
-        return _extract(data, doc, kind, limits)
+        compression = compression_of(path)
+        if compression is None:
+            return _extract(data, doc, kind, limits)
+        inflated = _decompress(data, compression, limits.max_file_bytes)
+        if not inflated:
+            return failed(doc, f"empty file inside the {compression} stream", "read")
+        result = _extract(inflated, doc, kind, limits)
+        # the decoding column says how the bytes became text: decompression is part of it
+        return replace(result, decoding=f"{COMPRESSIONS[compression][0]}, {result.decoding}")
     except ExtractionError as e:
         return failed(doc, e.reason, e.stage)
     except MemoryError:

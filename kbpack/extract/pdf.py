@@ -162,7 +162,7 @@ def extract_pdf(data: bytes, doc: Document, limits: Limits) -> Document:
         if count > limits.max_pages:
             raise ExtractionError(
                 f"PDF has {count} pages, over the {limits.max_pages}-page limit; "
-                "raise the page limit to include it",
+                f"pass --max-pages {count} to include it",
                 "limits",
             )
         builder = TextBuilder()

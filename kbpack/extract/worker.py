@@ -180,6 +180,8 @@ def extract_all(
             assert worker is not None
             outcome = worker.wait(deadline)
             doc = outcome if isinstance(outcome, Document) else _lost(candidate, outcome, limits)
+            if candidate.note:
+                doc.warnings = [candidate.note, *doc.warnings]
             if not isinstance(outcome, Document):
                 worker = None
             if i + 1 < len(candidates):

@@ -473,6 +473,7 @@ def _rebuild(
         vectors=model_path is not None,
         embed_model=reader.has_embedded_model and model_path is not None,
         threads=threads,
+        allow_empty=True,  # a migrated pack holds what the old one held, even nothing
     )
     result = build_from(
         _restored_documents(contents),
