@@ -25,6 +25,7 @@ from kbpack.extract.discover import Discovery
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
 from kbpack.progress import Progress
+from kbpack.shards import in_shard
 
 EMBED_BATCH = 64  # chunks per embedding call: large enough to batch, small enough to stream
 
@@ -44,6 +45,7 @@ class BuildOptions:
     max_chars: int | None = None
     overlap: int = 0
     threads: int | None = None
+    shard: tuple[int, int] | None = None  # (I, N): only the documents of shard I of N
 
 
 @dataclass
@@ -98,6 +100,9 @@ KnownVectors = Callable[[str], "np.ndarray | None"]
 def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     """Discover and extract the sources, then build the pack."""
     found = discover(opts.sources, opts.include, opts.exclude, opts.follow_symlinks)
+    if opts.shard is not None:
+        found.candidates = [c for c in found.candidates if in_shard(c.name, opts.shard)]
+        found.records = [d for d in found.records if in_shard(d.name, opts.shard)]
     documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
     total = len(found.candidates) + len(found.records)
     report = build_from(documents, total, opts, progress, found=found)
@@ -189,6 +194,9 @@ def build_from(
         dims=embedder.dims if embedder else None,
         gguf=gguf,
         chunking=chunking,
+        manifest_extra=(
+            {"shard": {"index": opts.shard[0], "count": opts.shard[1]}} if opts.shard else None
+        ),
     ) as writer:
 
         def flush() -> None:

@@ -64,6 +64,8 @@ def source_record(r: PackReader) -> dict[str, Any]:
         "documents": int(r.counts.get("documents", 0)),
         "chunks": int(r.counts.get("chunks", 0)),
     }
+    if isinstance(r.manifest.extra.get("shard"), dict):
+        rec["shard"] = r.manifest.extra["shard"]
     earlier = r.manifest.extra.get("merged_from")
     if isinstance(earlier, list):
         rec["merged_from"] = earlier  # a merged pack merged again keeps its history

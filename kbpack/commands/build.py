@@ -116,6 +116,11 @@ def build_options(f: Any) -> Any:
     type=click.Path(path_type=Path),
     help="The pack file to write.",
 )
+@click.option(
+    "--shard",
+    metavar="I/N",
+    help="Only shard I of N of the documents (by a hash of the name); merge the N packs.",
+)
 @build_options
 def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     """Build a pack from folders and files (md, txt, html, pdf, docx).
@@ -135,8 +140,10 @@ def run_build_command(
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
     from kbpack.progress import Progress
+    from kbpack.shards import parse_shard
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    shard = kw.pop("shard", None)
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -155,6 +162,7 @@ def run_build_command(
         max_chars=kw["max_chars"],
         overlap=kw["overlap"],
         threads=kw["threads"],
+        shard=parse_shard(shard) if shard else None,
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
