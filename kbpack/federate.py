@@ -201,6 +201,7 @@ class PackSet:
                 from kbpack.api import resolve_embedder
 
                 embedder, notes = resolve_embedder(self.readers[0], self._model_arg)
+            notes.extend(_incomplete_sets(self.readers))
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:
                 each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
@@ -219,6 +220,26 @@ class PackSet:
                 f"{self.mixed_models}: --mode dense needs one model; use hybrid or bm25"
             )
         return self.searcher.search(query, k=k, mode=mode, **kw)
+
+
+def _incomplete_sets(readers: Sequence[PackReader]) -> list[str]:
+    """Notes for pack sets (``build --split-size``) of which not every member was given."""
+    given: dict[str, set[int]] = {}
+    count: dict[str, int] = {}
+    for r in readers:
+        info = r.manifest.extra.get("set")
+        if isinstance(info, dict) and "id" in info:
+            given.setdefault(str(info["id"]), set()).add(int(info.get("index", 0)))
+            count[str(info["id"])] = int(info.get("count", 0))
+    notes = []
+    for set_id, indexes in given.items():
+        missing = sorted(set(range(1, count[set_id] + 1)) - indexes)
+        if missing:
+            notes.append(
+                f"pack set {set_id}: members {', '.join(f'{i:03d}' for i in missing)} of "
+                f"{count[set_id]} were not given; their documents are not searched"
+            )
+    return notes
 
 
 def _model_mismatch(readers: Sequence[PackReader]) -> str | None:

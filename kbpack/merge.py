@@ -170,14 +170,7 @@ def merge_packs(
         ) as writer:
             _search_settings(readers, writer, notes)
             for n, (i, row) in enumerate(order, 1):
-                c = contents[i]
-                doc = c.document(row)
-                chunks = c.chunks(row)
-                writer_first = writer.n_chunks
-                writer.add_document(doc, chunks, c.vectors(row))
-                for k, ch in enumerate(chunks):
-                    postings.add(writer_first + k, doc.text[ch.start : ch.end])
-                readers[i].forget_text(row)
+                copy_document(contents[i], row, writer, postings)
                 progress.update("documents", n, len(order))
             progress.done()
             writer.set_postings(postings.finish(writer.n_chunks))
@@ -192,6 +185,20 @@ def merge_packs(
         seconds=round(time.perf_counter() - started, 3),
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     )
+
+
+def copy_document(
+    contents: PackContents, row: int, writer: PackWriter, postings: PostingsBuilder
+) -> None:
+    """Append document ``row`` of a pack -- text, structure, chunks, vectors as stored -- to
+    ``writer``, and index its chunks; the document's text is not kept in memory afterwards."""
+    doc = contents.document(row)
+    chunks = contents.chunks(row)
+    first = writer.n_chunks
+    writer.add_document(doc, chunks, contents.vectors(row))
+    for k, ch in enumerate(chunks):
+        postings.add(first + k, doc.text[ch.start : ch.end])
+    contents.r.forget_text(row)
 
 
 def _search_settings(readers: Sequence[PackReader], writer: PackWriter, notes: list[str]) -> None:
@@ -225,4 +232,4 @@ def _carried_model(
     return tmp
 
 
-__all__ = ["MergeReport", "merge_packs"]
+__all__ = ["MergeReport", "copy_document", "merge_packs"]

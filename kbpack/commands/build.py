@@ -121,6 +121,11 @@ def build_options(f: Any) -> Any:
     metavar="I/N",
     help="Only shard I of N of the documents (by a hash of the name); merge the N packs.",
 )
+@click.option(
+    "--split-size",
+    metavar="SIZE",
+    help="Write a pack set OUT-001.kbpack, OUT-002.kbpack, ... each under SIZE (e.g. 3.9G for FAT32).",
+)
 @build_options
 def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     """Build a pack from folders and files (md, txt, html, pdf, docx).
@@ -144,6 +149,7 @@ def run_build_command(
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
     shard = kw.pop("shard", None)
+    split_size = kw.pop("split_size", None)
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -168,6 +174,26 @@ def run_build_command(
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
+        if split_size is not None:
+            from kbpack.split import build_set, parse_size
+
+            report, members = build_set(
+                opts, parse_size(split_size), Progress(show_progress(quiet, as_json))
+            )
+            # the whole pack was a step on the way: the summary names the set
+            report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
+            report.size = sum(m["bytes"] for m in members.members)
+            if as_json:
+                emit_json({**report.as_dict(), "set": members.as_dict()})
+            elif not quiet:
+                click.echo(render_report(report))
+                for m in members.members:
+                    click.echo(
+                        f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)"
+                    )
+                for n in members.notes:
+                    click.echo(f"  note     {n}")
+            return 1 if (strict and (report.failed or report.skipped)) else 0
         if reuse is not None:
             from kbpack.update import update_pack
 
