@@ -2,10 +2,12 @@
 
     python bench/fusion.py [PACK]      # default: builds /tmp/kbpack-eval.kbpack from fixtures/eval
 
-For every question the dense top-100 and BM25 top-100 are computed once (the pack's own model),
-then each fusion rule is applied to the same two lists, so the rules differ only in fusion.
+For every question the dense similarities and BM25 scores are computed once (the pack's own
+model), then each fusion rule is applied to the same scores, so the rules differ only in fusion.
 Prints recall@1/4/8/20 and MRR per phrasing ("doc": the document's words; "ticket": a
-paraphrase) and the paired sign test of each rule against dense alone.
+paraphrase), the paired sign test of each rule against dense alone, and, last, kbpack's rule
+(``kbpack.fusion.convex``) against the rule it replaced (weighted RRF switched by code-like
+terms), paired, per phrasing.
 """
 
 from __future__ import annotations
@@ -19,15 +21,15 @@ import numpy as np
 
 import kbpack
 from kbpack.evaluate import load_questions, normalize, paired
-from kbpack.lexical import tokenize
+from kbpack.fusion import DENSE_WEIGHT, convex
+from kbpack.lexical import tokenize, top_k
 from kbpack.pack import format as F
-from kbpack.search import (
-    CANDIDATES,
-    LEXICAL_DEPTH_PLAIN,
-    LEXICAL_WEIGHT_PLAIN,
-    code_like_terms,
-    rrf,
-)
+from kbpack.search import CANDIDATES, code_like_terms, rrf
+
+# The rule kbpack used before the convex fusion (kbpack <= 0.x, RRF k = 60): BM25 at full
+# weight when the query holds a code-like term, else only its top 3 at weight 0.25.
+OLD_WEIGHT_PLAIN = 0.25
+OLD_DEPTH_PLAIN = 3
 
 ROOT = Path(__file__).resolve().parent.parent
 KS = (1, 4, 8, 20)
@@ -61,14 +63,17 @@ def main() -> None:
         rows = []
         for q in questions:
             de, _ = s._dense(q.query, None)
-            bm, _ = s._bm25(q.query, None)
+            bm_all = s._bm25_all(q.query, None)
+            bm, _ = top_k(*bm_all, CANDIDATES)
+            sims = s.dense_similarities(q.query)
+            scores = (sims, dict(zip(bm_all[0].tolist(), bm_all[1].tolist(), strict=True)))
             gold = {i for i, c in enumerate(contents) if normalize(q.needle) in c}
             dfs = []
             for t in set(tokenize(q.query)):
                 r = lookup.find(t)
                 if r is not None:
                     dfs.append(int(indptr[r + 1] - indptr[r]))
-            rows.append((q, [int(x) for x in de], [int(x) for x in bm], gold, dfs))
+            rows.append((q, [int(x) for x in de], [int(x) for x in bm], gold, (dfs, scores)))
 
     def rank_of(order: list[int], gold: set[int]) -> int | None:
         for i, c in enumerate(order[:CANDIDATES], 1):
@@ -77,8 +82,13 @@ def main() -> None:
         return None
 
     rare = max(5, n_chunks // 200)  # a term in at most 0.5% of chunks (or 5) is "rare"
+    old = f"OLD: code ? 1 : {OLD_WEIGHT_PLAIN} on bm25 top {OLD_DEPTH_PLAIN}"
+    new = f"KBPACK: convex {DENSE_WEIGHT:g} minmax(cos) + bm25/max"
     rules: dict[str, Callable[..., list[int]]] = {
         "dense": lambda q, de, bm, dfs: de,
+        new: lambda q, de, bm, dfs: by_scores(de, bm, dfs[1], DENSE_WEIGHT),
+        "convex 0.7": lambda q, de, bm, dfs: by_scores(de, bm, dfs[1], 0.7),
+        "convex 0.9": lambda q, de, bm, dfs: by_scores(de, bm, dfs[1], 0.9),
         "bm25": lambda q, de, bm, dfs: bm,
         "rrf 1:1": lambda q, de, bm, dfs: fuse(de, bm, 1.0),
         "rrf 1:0.5": lambda q, de, bm, dfs: fuse(de, bm, 0.5),
@@ -96,14 +106,13 @@ def main() -> None:
             de, bm, 1.0 if code_like_terms(q.query) else 0.0
         ),
         f"code|rare(df<={rare}) ? 1 : 0.25": lambda q, de, bm, dfs: fuse(
-            de, bm, 1.0 if code_like_terms(q.query) or any(d <= rare for d in dfs) else 0.25
+            de, bm, 1.0 if code_like_terms(q.query) or any(d <= rare for d in dfs[0]) else 0.25
         ),
         "rrf 1:1, bm25 top 5 only": lambda q, de, bm, dfs: fuse(de, bm[:5], 1.0),
-        # kbpack's rule (kbpack/search.py)
-        f"KBPACK: code ? 1 : {LEXICAL_WEIGHT_PLAIN} on bm25 top {LEXICAL_DEPTH_PLAIN}": lambda q, de, bm, dfs: (
+        old: lambda q, de, bm, dfs: (
             fuse(de, bm, 1.0)
             if code_like_terms(q.query)
-            else fuse(de, bm[:LEXICAL_DEPTH_PLAIN], LEXICAL_WEIGHT_PLAIN)
+            else fuse(de, bm[:OLD_DEPTH_PLAIN], OLD_WEIGHT_PLAIN)
         ),
     }
     ranks: dict[str, dict[str, list[int | None]]] = {}
@@ -134,6 +143,22 @@ def main() -> None:
                 f"{name:<40} {phrasing:<7} {rec} {mrr:.3f}  "
                 f"+{p1.wins}/-{p1.losses} p={p1.p_value:.3f}  +{p8.wins}/-{p8.losses} p={p8.p_value:.3f}"
             )
+    print(f"\npaired: {new} vs {old} (wins = only the new rule finds the needle in the top k)")
+    for phrasing in ("doc", "ticket"):
+        cells = "  ".join(
+            f"@{t.k} +{t.wins}/-{t.losses} p={t.p_value:.3f}"
+            for t in paired(ranks[new][phrasing], ranks[old][phrasing], KS)
+        )
+        print(f"  {phrasing:<7} {cells}")
+
+
+def by_scores(
+    dense: list[int], lexical: list[int], scores: tuple[np.ndarray, dict[int, float]], w: float
+) -> list[int]:
+    sims, bm25 = scores
+    cands = np.union1d(np.asarray(dense, np.int64), np.asarray(lexical, np.int64))
+    ids, _ = convex(cands, sims[cands], np.array([bm25.get(int(c), 0.0) for c in cands]), w)
+    return ids.tolist()
 
 
 def fuse(dense: list[int], lexical: list[int], w_lex: float) -> list[int]:

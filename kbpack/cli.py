@@ -61,6 +61,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "calibrate",
         "Choose the refusal threshold from data.",
     ),
+    "serve": ("kbpack.commands.serve", "serve", "A local search page and JSON API for packs."),
 }
 
 

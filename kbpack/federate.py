@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from kbpack.errors import UsageError
-from kbpack.lexical import accumulate, length_norms, query_terms, term_scores, top_k
+from kbpack.lexical import accumulate, length_norms, query_terms, term_scores
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
-from kbpack.search import CANDIDATES, Result, Searcher, SearchResponse
+from kbpack.search import Result, Searcher, SearchResponse
 
 
 class SetSearcher(Searcher):
@@ -58,8 +58,14 @@ class SetSearcher(Searcher):
     def n_chunks(self) -> int:
         return int(self.base[-1])
 
+    def prepare(self) -> None:
+        """Load each pack's vectors now (a server pays once at start)."""
+        if self.embedder is not None:
+            for m in self.members:
+                m.r.vectors()
+
     # -- BM25 with summed statistics -----------------------------------------------------------
-    def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         n = self.n_chunks()
         if self._norms is None:
             # One mean length over every chunk of the set, computed as a merged pack would.
@@ -95,7 +101,7 @@ class SetSearcher(Searcher):
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
-        return top_k(ids, scores, CANDIDATES)
+        return ids, scores
 
     def doc_freq(self, term: str) -> int:
         return sum(m.doc_freq(term) for m in self.members)
@@ -103,13 +109,6 @@ class SetSearcher(Searcher):
     # -- dense ---------------------------------------------------------------------------------
     def _similarities(self, q: np.ndarray) -> np.ndarray:
         return np.concatenate([m.r.vectors() @ q for m in self.members])
-
-    def _distances_of(self, chunks: Sequence[int], q: np.ndarray) -> list[float]:
-        out = []
-        for c in chunks:
-            i, local = self.locate(c)
-            out.extend(self.members[i]._distances_of([local], q))
-        return out
 
     # -- filters, gate, thresholds, citations --------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:

@@ -1,13 +1,9 @@
-"""Query a pack: BM25 top-N and dense top-N, fused by weighted reciprocal rank fusion, gated by a
-refusal threshold, returned as citations.
+"""Query a pack: BM25 and dense candidates, fused by scores, gated by a refusal threshold,
+returned as citations.
 
-Fusion rule (README "Query"; chosen on the development evaluation, bench/fusion.py): weighted
-reciprocal rank fusion with k = 60. The dense list (top 100) always has weight 1. When the
-query carries a *code-like* term (an underscore, a digit, an all-capitals word such as
-SIGKILL, or a leading ``-``/``%``/``.``/``#``/``$``/``@``) the BM25 top 100 joins with weight 1:
-exact tokens decide. Otherwise only the BM25 top ``LEXICAL_DEPTH_PLAIN`` join, with weight
-``LEXICAL_WEIGHT_PLAIN``: on paraphrased questions BM25's ranking is mostly noise, and a full
-list at any weight reorders the dense top ranks (RRF gaps between adjacent ranks are tiny).
+Fusion (``kbpack.fusion``, README "Query"): over the dense top 100 union the BM25 top 100,
+``0.8 * minmax(cos) + 0.2 * bm25 / max bm25``. ``rrf`` stays here for bench/fusion.py, which
+measures the rule against the reciprocal-rank rules it replaced.
 
 Refusal gate: a result is good enough when its cosine distance is at most the threshold; in
 hybrid mode a chunk whose text holds every code-like query term is good enough whatever its
@@ -26,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.fusion import RULE as FUSION_RULE
+from kbpack.fusion import convex
 from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tokenize, top_k
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
 RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
-LEXICAL_WEIGHT_PLAIN = 0.25
-LEXICAL_DEPTH_PLAIN = 3
 RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
 RARE_MIN = 5
 MODES = ("hybrid", "dense", "bm25")
@@ -79,6 +75,7 @@ class SearchResponse:
     threshold: float | None
     lexical_only: bool = False
     notes: list[str] = field(default_factory=list)
+    fusion: str | None = None  # the hybrid rule that ordered the results (kbpack.fusion.RULE)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +85,7 @@ class SearchResponse:
             "results": [r.as_dict() for r in self.results],
             "threshold": self.threshold,
             "lexical_only": self.lexical_only,
+            "fusion": self.fusion,
             "notes": self.notes,
         }
 
@@ -133,8 +131,23 @@ class Searcher:
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
 
+    def prepare(self) -> None:
+        """Load now what every query needs (the vectors, the baked BM25 postings), so that a
+        long-lived server pays for them once at start and not on its first requests."""
+        if self.embedder is not None:
+            self.r.vectors()
+        if self.r.counts.get("chunks", 0):
+            self._bm25_queries = max(self._bm25_queries, 1)  # the next call bakes
+            self._bm25("", None)
+
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The BM25 top ``CANDIDATES``: (chunk ids, scores), best first."""
+        # top_k partitions first: sorting every matched chunk cost 63 ms of 79 at 100k chunks.
+        return top_k(*self._bm25_all(query, mask), CANDIDATES)
+
+    def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk sharing a term with the query: (chunk ids, BM25 scores), unordered."""
         r = self.r
         if self._lookup is None:
             self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
@@ -165,8 +178,7 @@ class Searcher:
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
-        # top_k partitions first: sorting every matched chunk cost 63 ms of 79 at 100k chunks.
-        return top_k(ids, scores, CANDIDATES)
+        return ids, scores
 
     def _query_vector(self, query: str) -> np.ndarray:
         """The query's unit vector, embedded once per query string."""
@@ -175,31 +187,29 @@ class Searcher:
             self._qcache = (query, self.embedder.embed([query])[0].astype(np.float32))
         return self._qcache[1]
 
+    def dense_similarities(self, query: str) -> np.ndarray:
+        """The query's dense score for every chunk (float32, one per chunk row), higher = closer.
+
+        The one place dense scores come from: ``_dense``, hybrid fusion and the refusal gate
+        (distance = 1 - similarity) all read it, so a finer vector level can change how a chunk
+        is scored (``_similarities``) and every caller follows.
+        """
+        return self._similarities(self._query_vector(query))
+
     def _similarities(self, q: np.ndarray) -> np.ndarray:
         """Cosine similarity of the unit query vector to every chunk."""
         sims: np.ndarray = self.r.vectors() @ q
         return sims
 
-    def _distances_of(self, chunks: Sequence[int], q: np.ndarray) -> list[float]:
-        """Cosine distances of a few chunks (one dot each, no full scan)."""
-        vec = self.r.dataset(F.VEC_DATA)
-        return [float(1.0 - np.dot(vec[c].astype(np.float32), q)) for c in chunks]
-
     def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        q = self._query_vector(query)
-        sims = self._similarities(q)
-        if mask is not None:
-            sims = np.where(mask, sims, -np.inf)
-        n = min(CANDIDATES, int(np.isfinite(sims).sum()))
-        if n == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        top = np.argpartition(-sims, n - 1)[:n] if n < sims.size else np.arange(sims.size)
-        top = top[np.lexsort((top, -sims[top]))]
+        """The dense top ``CANDIDATES``: (chunk ids, cosine distances), best first."""
+        sims = self.dense_similarities(query)
+        top = _top_similar(sims, mask)
         return top, 1.0 - sims[top]
 
     def dense_distances(self, query: str) -> np.ndarray:
         """Cosine distance of the query to every chunk (for calibration and tests)."""
-        return 1.0 - self._similarities(self._query_vector(query))
+        return 1.0 - self.dense_similarities(query)
 
     # -- filters -----------------------------------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
@@ -248,43 +258,35 @@ class Searcher:
         threshold = self.default_threshold() if max_distance is None else max_distance
         mask = self._mask(doc, kind, section)
 
-        bm_ids, bm_scores = (
-            self._bm25(query, mask)
-            if mode_used in ("hybrid", "bm25")
-            else (np.zeros(0, np.int64), None)
-        )
-        de_ids, de_dist = (
-            self._dense(query, mask)
-            if mode_used in ("hybrid", "dense")
-            else (np.zeros(0, np.int64), None)
-        )
+        bm_ids, bm_scores = np.zeros(0, np.int64), np.zeros(0, np.float64)
+        de_ids = np.zeros(0, np.int64)
+        sims: np.ndarray | None = None
+        if mode_used in ("hybrid", "bm25"):
+            bm_all_ids, bm_all_scores = self._bm25_all(query, mask)
+            bm_ids, bm_scores = top_k(bm_all_ids, bm_all_scores, CANDIDATES)
+        if mode_used in ("hybrid", "dense"):
+            sims = self.dense_similarities(query)
+            de_ids = _top_similar(sims, mask)
         bm_rank = {int(c): i + 1 for i, c in enumerate(bm_ids)}
         de_rank = {int(c): i + 1 for i, c in enumerate(de_ids)}
-        dist = {
-            int(c): float(d)
-            for c, d in zip(de_ids, de_dist if de_dist is not None else [], strict=False)
-        }
 
-        codes = code_like_terms(query)
-        gate = self.gate_terms(query) if (refuse and mode_used == "hybrid") else []
+        ordered: list[tuple[int, float]]
         if mode_used == "hybrid":
-            if codes:
-                ordered = rrf([list(de_rank), list(bm_rank)], [1.0, 1.0])
-            else:
-                lexical = list(bm_rank)[:LEXICAL_DEPTH_PLAIN]
-                ordered = rrf([list(de_rank), lexical], [1.0, LEXICAL_WEIGHT_PLAIN])
+            assert sims is not None
+            candidates = np.union1d(de_ids, bm_ids)
+            # BM25 of every candidate, not only of the BM25 top 100 (0 = no shared term)
+            lexical = np.zeros(candidates.size, np.float64)
+            hit = np.isin(bm_all_ids, candidates)
+            lexical[np.searchsorted(candidates, bm_all_ids[hit])] = bm_all_scores[hit]
+            fused_ids, fused = convex(candidates, sims[candidates], lexical)
+            ordered = [(int(c), float(f)) for c, f in zip(fused_ids, fused, strict=True)]
         elif mode_used == "dense":
-            ordered = [(c, 1.0 - dist[c]) for c in de_rank]
+            assert sims is not None
+            ordered = [(int(c), float(sims[c])) for c in de_ids]
         else:
-            assert bm_scores is not None
-            ordered = [(int(c), float(s)) for c, s in zip(bm_ids, bm_scores, strict=True)]
-
-        # Chunks fused from the BM25 list only have no distance yet: compute it (one dot each).
-        if self.embedder is not None and mode_used == "hybrid":
-            missing = [c for c, _ in ordered[: k * 4] if c not in dist]
-            if missing:
-                q = self._query_vector(query)
-                dist.update(zip(missing, self._distances_of(missing, q), strict=True))
+            ordered = [(int(c), float(x)) for c, x in zip(bm_ids, bm_scores, strict=True)]
+        dist = {} if sims is None else {c: float(1.0 - sims[c]) for c, _ in ordered}
+        gate = self.gate_terms(query) if (refuse and mode_used == "hybrid") else []
 
         def passes(c: int) -> bool:
             if not refuse:
@@ -316,6 +318,7 @@ class Searcher:
             threshold=None if mode_used == "bm25" else threshold,
             lexical_only=lexical_only,
             notes=notes,
+            fusion=FUSION_RULE if mode_used == "hybrid" else None,
         )
 
     def gate_terms(self, query: str) -> list[str]:
@@ -400,6 +403,17 @@ class Searcher:
             score=round(score, 6),
             content=content,
         )
+
+
+def _top_similar(sims: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """Ids of the ``CANDIDATES`` most similar chunks (within ``mask``), best first, ties by id."""
+    if mask is not None:
+        sims = np.where(mask, sims, -np.inf)
+    n = min(CANDIDATES, int(np.isfinite(sims).sum()))
+    if n == 0:
+        return np.zeros(0, np.int64)
+    top = np.argpartition(-sims, n - 1)[:n] if n < sims.size else np.arange(sims.size)
+    return top[np.lexsort((top, -sims[top]))]
 
 
 def locator(name: str, start: int, end: int, page: int | None) -> str:

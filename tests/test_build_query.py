@@ -363,3 +363,31 @@ def test_batch_bm25_path_ranks_like_the_single_query_path(pack: Path) -> None:
         first = [p.search(q, mode="bm25", k=10).as_dict()["results"] for q in queries]
         again = [p.search(q, mode="bm25", k=10).as_dict()["results"] for q in queries]
     assert first[0] and first == again and first[0] == first[3]
+
+
+def test_hybrid_order_is_the_convex_fusion_of_the_packs_scores(pack: Path, model: Path) -> None:
+    """The hybrid ranking, recomputed from the pack's own cosine and BM25 scores with the pure
+    rule: a change to either list, or to how they are joined, shows here."""
+    import numpy as np
+
+    import kbpack
+    from kbpack.fusion import RULE, convex
+
+    query = "which compression do archives use when zlib is missing"
+    with kbpack.open(pack, model=model) as p:
+        s = p.searcher
+        resp = p.search(query, k=50, refuse=False)
+        sims = s.dense_similarities(query)
+        bm_ids, bm_scores = s._bm25_all(query, None)
+    n = sims.size  # fewer than 100 chunks: every chunk is a candidate
+    lexical = np.zeros(n)
+    lexical[bm_ids] = bm_scores
+    want, _ = convex(np.arange(n), sims, lexical)
+    assert [r.chunk for r in resp.results] == want.tolist()
+    assert resp.fusion == RULE and resp.as_dict()["fusion"] == RULE
+    for r in resp.results:
+        assert r.distance == pytest.approx(1 - float(sims[r.chunk]), abs=1e-6)
+    code, stdout, _ = run("query", str(pack), query, "--model", str(model), "--json")
+    assert code == 0 and json.loads(stdout)["fusion"] == RULE
+    code, stdout, _ = run("query", str(pack), query, "--mode", "dense", "--json")
+    assert code == 0 and json.loads(stdout)["fusion"] is None

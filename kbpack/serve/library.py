@@ -1,0 +1,282 @@
+"""The packs a server serves, opened once: readers, searchers, one embedder per model, and the
+locks that make concurrent requests safe.
+
+Why the locks: a ``Searcher`` caches the last query vector and bakes BM25 lazily, and a
+llama.cpp context must not be entered by two threads at once. Each pack's searches run under
+that pack's lock; an embedder shared by several packs (same model hash) is wrapped so its calls
+run under its own lock. Reading text and metadata needs no lock (h5py serialises its own calls).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.errors import PackError, UsageError
+from kbpack.pack import format as F
+from kbpack.pack.read import PackReader
+from kbpack.search import MODES, Searcher, SearchResponse
+
+MAX_QUERY_CHARS = 1000
+MAX_K = 50
+
+
+class SerialEmbedder:
+    """An embedder whose calls run one at a time (llama.cpp contexts are not thread-safe)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        with self._lock:
+            return self._inner.embed(texts)
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            return int(self._inner.count_tokens(text))
+
+    def __getattr__(self, name: str) -> Any:  # read-only attributes (dims, window, ...)
+        return getattr(self._inner, name)
+
+
+@dataclass
+class Section:
+    row: int
+    level: int
+    title: str
+    start: int
+    end: int
+    parent: int
+
+
+@dataclass
+class Page:
+    number: int
+    start: int
+    end: int
+
+
+@dataclass
+class Document:
+    """One document of a pack, as the reader page and ``/api/doc`` show it."""
+
+    pack: str
+    name: str
+    title: str
+    kind: str
+    text: str
+    sections: list[Section]
+    pages: list[Page]
+
+    def section_at(self, offset: int) -> list[Section]:
+        """The sections containing ``offset``, outermost first (the breadcrumb)."""
+        inside = [s for s in self.sections if s.start <= offset < s.end or s.start == offset]
+        return sorted(inside, key=lambda s: (s.level, s.start))
+
+    def page_at(self, offset: int) -> Page | None:
+        for p in self.pages:
+            if p.start <= offset < p.end:
+                return p
+        return None
+
+
+@dataclass
+class Served:
+    """One open pack."""
+
+    name: str
+    path: Path
+    reader: PackReader
+    searcher: Searcher
+    verify: dict[str, Any]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def documents(self) -> list[str]:
+        return self.reader.strings(F.DOC_NAME)
+
+    @property
+    def kinds(self) -> list[str]:
+        """Document types present (md, pdf, ...), from the extractor column."""
+        return sorted({e.split("/", 1)[0] for e in self.reader.strings(F.DOC_EXTRACTOR)})
+
+
+def unique_names(paths: Sequence[Path]) -> list[str]:
+    """URL names for the packs: the file stem, with -2, -3 ... when two stems are equal."""
+    out: list[str] = []
+    for p in paths:
+        base = p.stem or "pack"
+        name, n = base, 1
+        while name in out:
+            n += 1
+            name = f"{base}-{n}"
+        out.append(name)
+    return out
+
+
+class Library:
+    """The packs of one ``kbpack serve`` or ``kbpack mcp``, looked up by name."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        *,
+        model: Path | None = None,
+        verify: bool = True,
+        load_model: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if not paths:
+            raise UsageError("give at least one pack: kbpack serve PACK...")
+        say = on_progress or (lambda _: None)
+        self.packs: dict[str, Served] = {}
+        embedders: dict[str, tuple[Any, list[str]]] = {}
+        try:
+            for name, path in zip(unique_names(paths), paths, strict=True):
+                status = {"checked": False, "intact": None, "signature": None}
+                if verify:
+                    say(f"verifying {path} (bytes, signature, structure)")
+                    status = quick_verify(path)
+                reader = PackReader(path)
+                embedder, notes = None, []
+                if load_model and reader.model is not None:
+                    sha = str(reader.model[F.M_SHA256])
+                    if sha not in embedders:
+                        from kbpack.api import resolve_embedder
+
+                        say(f"loading the model of {path}")
+                        raw, why = resolve_embedder(reader, model)
+                        embedders[sha] = (SerialEmbedder(raw) if raw is not None else None, why)
+                    embedder, notes = embedders[sha]
+                elif reader.model is None:
+                    notes = ["this pack has no vectors (built with --no-vectors): lexical-only"]
+                searcher = Searcher(reader, embedder, notes)
+                searcher.prepare()
+                self.packs[name] = Served(name, Path(path), reader, searcher, status)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for p in self.packs.values():
+            p.reader.close()
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- lookups -----------------------------------------------------------------------------
+    def get(self, name: str | None) -> Served:
+        """The pack called ``name``; the only pack when ``name`` is empty and there is one."""
+        if not name:
+            if len(self.packs) == 1:
+                return next(iter(self.packs.values()))
+            raise UsageError(f"several packs are served: name one with pack= ({self.names()})")
+        if name not in self.packs:
+            raise NotFound(f"no pack named {name!r} is served ({self.names()})")
+        return self.packs[name]
+
+    def names(self) -> str:
+        return ", ".join(self.packs)
+
+    # -- search ------------------------------------------------------------------------------
+    def search(
+        self,
+        pack: str | None,
+        query: str,
+        *,
+        k: int = 5,
+        mode: str = "hybrid",
+        doc: str | None = None,
+        kind: str | None = None,
+        section: str | None = None,
+        refuse: bool = True,
+    ) -> SearchResponse:
+        check_query(query, k, mode)
+        p = self.get(pack)
+        # a document filter is an exact name from the pack, so glob characters in it are literal
+        doc_glob = glob.escape(doc) if doc else None
+        with p.lock:
+            return p.searcher.search(
+                query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
+            )
+
+    # -- documents ---------------------------------------------------------------------------
+    def document(self, pack: str | None, name: str) -> Document:
+        """A document by its name in the pack; names never reach the file system."""
+        p = self.get(pack)
+        names = p.documents
+        try:
+            row = names.index(name)
+        except ValueError:
+            raise NotFound(f"pack {p.name!r} has no document named {name!r}") from None
+        r = p.reader
+        sec_doc = r.column(F.SEC_DOCUMENT)
+        rows = np.flatnonzero(sec_doc == row)
+        levels, parents = r.column(F.SEC_LEVEL), r.column(F.SEC_PARENT)
+        starts, ends, titles = r.column(F.SEC_FROM), r.column(F.SEC_TO), r.strings(F.SEC_TITLE)
+        sections = [
+            Section(
+                int(s), int(levels[s]), titles[s], int(starts[s]), int(ends[s]), int(parents[s])
+            )
+            for s in rows
+        ]
+        pages: list[Page] = []
+        if r.counts.get("pages", 0):
+            pd = r.column(F.PAGE_DOCUMENT)
+            pn, pf, pt = r.column(F.PAGE_NUMBER), r.column(F.PAGE_FROM), r.column(F.PAGE_TO)
+            pages = [Page(int(pn[i]), int(pf[i]), int(pt[i])) for i in np.flatnonzero(pd == row)]
+        return Document(
+            pack=p.name,
+            name=name,
+            title=r.strings(F.DOC_TITLE)[row],
+            kind=r.strings(F.DOC_EXTRACTOR)[row].split("/", 1)[0],
+            text=r.text(row),
+            sections=sections,
+            pages=pages,
+        )
+
+    def matching_documents(self, pack: str | None, pattern: str) -> list[str]:
+        return [n for n in self.get(pack).documents if fnmatch.fnmatch(n, pattern)]
+
+
+class NotFound(UsageError):
+    """A pack or document name that the library does not hold (HTTP 404)."""
+
+
+def check_query(query: str, k: int, mode: str) -> None:
+    """Bounds on what one request may ask for: a query is short text, k is small."""
+    if not query.strip():
+        raise UsageError("the query is empty: type some words to search for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise UsageError(
+            f"the query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}: shorten it"
+        )
+    if not 1 <= k <= MAX_K:
+        raise UsageError(f"k must be between 1 and {MAX_K}, not {k}")
+    if mode not in MODES:
+        raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+
+
+def quick_verify(path: Path) -> dict[str, Any]:
+    """Verify's first three steps (bytes, signature, structure); a pack that fails is refused."""
+    from kbpack.pack.verify import verify_pack
+
+    report = verify_pack(path, quick=True)
+    if not report.intact:
+        first = report.findings[0]
+        raise PackError(
+            f"{path}: refused: verify found {len(report.findings)} problem(s), first {first}; "
+            "run kbpack verify on it, or serve it anyway with --no-verify"
+        )
+    return {"checked": True, "intact": True, "signature": report.signature, "notes": report.notes}

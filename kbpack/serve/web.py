@@ -1,0 +1,340 @@
+"""The Starlette application: the search page, the reader, and the JSON API under ``/api/``.
+
+Endpoints are plain (sync) functions: Starlette runs them in its thread pool, so a slow search
+does not stop the event loop from accepting other requests, and the library's locks keep
+llama.cpp and each searcher to one caller at a time. Every page is rendered on the server by
+Jinja2 with autoescaping on: the pages carry no script at all, and the CSP forbids one.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from kbpack import __version__
+from kbpack.errors import KbpackError, UsageError
+from kbpack.lexical import tokenize
+from kbpack.serve.guard import Guard
+from kbpack.serve.library import MAX_K, Document, Library, NotFound, check_query
+
+MODE_LABELS = {"hybrid": "hybrid", "bm25": "exact words", "dense": "meaning"}
+PAGE_K = 10
+QUOTE_CHARS = 700
+_WORD = re.compile(r"\w+(?:[-_.:/'’@]\w+)*")
+_env = Environment(
+    loader=PackageLoader("kbpack.serve", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_CSS = resources.files("kbpack.serve").joinpath("static/kbpack.css").read_bytes()
+
+
+def create_app(library: Library, *, token: str | None = None, loopback: bool = True) -> Any:
+    """The ASGI application for ``library``: Starlette wrapped in the security guard."""
+
+    def page(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        html = _env.get_template(name).render(
+            packs=library.packs, version=__version__, modes=MODE_LABELS, **ctx
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def error_page(e: KbpackError) -> HTMLResponse:
+        return page("error.html", status=http_status(e), message=str(e))
+
+    def search_page(request: Request) -> Response:
+        q = request.query_params
+        form = {
+            "q": q.get("q", ""),
+            "mode": q.get("mode", "hybrid"),
+            "pack": q.get("pack", ""),
+            "doc": q.get("doc", ""),
+            "type": q.get("type", ""),
+            "anyway": q.get("anyway", "") == "1",
+        }
+        groups: list[dict[str, Any]] = []
+        if form["q"].strip():
+            try:
+                k = int_param(q.get("k"), PAGE_K)
+                check_query(form["q"], k, form["mode"])
+                names = [library.get(form["pack"]).name] if form["pack"] else list(library.packs)
+                terms = set(tokenize(form["q"]))
+                for name in names:
+                    resp = library.search(
+                        name,
+                        form["q"],
+                        k=k,
+                        mode=form["mode"],
+                        doc=form["doc"] or None,
+                        kind=form["type"] or None,
+                        refuse=not form["anyway"],
+                    )
+                    groups.append(
+                        {
+                            "pack": name,
+                            "resp": resp,
+                            "results": [
+                                {
+                                    "r": r,
+                                    "quote": highlight(shorten(r.content), terms),
+                                    "href": reader_href(name, r.doc, r.start, r.end),
+                                }
+                                for r in resp.results
+                            ],
+                            "anyway_href": "/?" + urlencode({**form, "pack": name, "anyway": "1"}),
+                        }
+                    )
+            except KbpackError as e:
+                return page("search.html", status=http_status(e), form=form, groups=[], error=e)
+        return page("search.html", form=form, groups=groups, error=None)
+
+    def reader_page(request: Request) -> Response:
+        q = request.query_params
+        try:
+            doc = library.document(q.get("pack"), request.path_params["name"])
+            hit = hit_span(doc, q.get("from"), q.get("to"))
+            view = view_span(doc, hit, q.get("page"))
+        except KbpackError as e:
+            return error_page(e)
+        at = hit[0] if hit else view[0]
+        page_ = doc.page_at(at) if doc.pages else None
+        return page(
+            "doc.html",
+            doc=doc,
+            hit=hit,
+            view=view,
+            page_=page_,
+            crumbs=[s for s in doc.section_at(at) if s.level > 0],
+            outline=[s for s in doc.sections if s.level > 0],
+            body=render_text(doc, hit, view),
+            whole_href=reader_href(doc.pack, doc.name, *(hit or (None, None)), whole=True),
+            page_href=lambda n: doc_href(doc.pack, doc.name) + "&" + urlencode({"page": n}),
+        )
+
+    def css(_: Request) -> Response:
+        return Response(_CSS, media_type="text/css", headers={"cache-control": "max-age=3600"})
+
+    # -- the JSON API --------------------------------------------------------------------------
+    def api_search(request: Request) -> Response:
+        q = request.query_params
+        try:
+            resp = library.search(
+                q.get("pack"),
+                q.get("q", ""),
+                k=int_param(q.get("k"), 5),
+                mode=q.get("mode", "hybrid"),
+                doc=q.get("doc") or None,
+                kind=q.get("type") or None,
+                section=q.get("section") or None,
+                refuse=q.get("anyway", "") != "1",
+            )
+        except KbpackError as e:
+            return api_error(e)
+        return JSONResponse({"pack": library.get(q.get("pack")).name, **resp.as_dict()})
+
+    def api_doc(request: Request) -> Response:
+        q = request.query_params
+        try:
+            doc = library.document(q.get("pack"), request.path_params["name"])
+            span = hit_span(doc, q.get("from"), q.get("to")) or (0, len(doc.text))
+        except KbpackError as e:
+            return api_error(e)
+        return JSONResponse(document_json(doc, *span))
+
+    def api_inspect(request: Request) -> Response:
+        from kbpack.commands.inspect import describe
+
+        try:
+            p = library.get(request.query_params.get("pack"))
+        except KbpackError as e:
+            return api_error(e)
+        return JSONResponse({"pack": p.name, "verify": p.verify, **describe(p.path)})
+
+    def api_packs(_: Request) -> Response:
+        return JSONResponse({"packs": [pack_json(p) for p in library.packs.values()]})
+
+    def not_found(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("not found\n", status_code=404)
+
+    app = Starlette(
+        routes=[
+            Route("/", search_page),
+            Route("/doc/{name:path}", reader_page),
+            Route("/static/kbpack.css", css),
+            Route("/api/search", api_search),
+            Route("/api/doc/{name:path}", api_doc),
+            Route("/api/inspect", api_inspect),
+            Route("/api/packs", api_packs),
+        ],
+        exception_handlers={404: not_found},
+    )
+    return Guard(app, token=token, loopback=loopback)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def http_status(e: KbpackError) -> int:
+    if isinstance(e, NotFound):
+        return 404
+    return 400 if isinstance(e, UsageError) else 500
+
+
+def api_error(e: KbpackError) -> JSONResponse:
+    return JSONResponse({"error": str(e)}, status_code=http_status(e))
+
+
+def int_param(raw: str | None, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"k must be a whole number between 1 and {MAX_K}, not {raw!r}") from None
+
+
+def doc_href(pack: str, name: str) -> str:
+    return f"/doc/{quote(name, safe='/')}?" + urlencode({"pack": pack})
+
+
+def reader_href(
+    pack: str, name: str, start: int | None, end: int | None, *, whole: bool = False
+) -> str:
+    """The reader at a passage; ``#hit`` scrolls to it (the ``#char=`` locator is for people
+    and tools: browsers do not scroll to it)."""
+    href = doc_href(pack, name)
+    if start is None or end is None:
+        return href
+    href += "&" + urlencode({"from": start, "to": end})
+    return href + ("&page=all" if whole else "") + "#hit"
+
+
+def hit_span(doc: Document, start: str | None, end: str | None) -> tuple[int, int] | None:
+    """``from``/``to`` as offsets into the document's canonical text, or None when absent."""
+    if start is None and end is None:
+        return None
+    try:
+        a, b = int(start or ""), int(end or "")
+    except ValueError:
+        raise UsageError("from and to must be whole numbers (character offsets)") from None
+    if not 0 <= a <= b <= len(doc.text):
+        raise UsageError(
+            f"{doc.name}: from={a}, to={b} is outside the text (0..{len(doc.text)} characters)"
+        )
+    return a, b
+
+
+def view_span(doc: Document, hit: tuple[int, int] | None, page: str | None) -> tuple[int, int]:
+    """What the reader shows: a paged document (PDF) one page at a time, the page of the hit
+    by default (widened to hold the whole hit); ``page=all`` or an unpaged one: everything."""
+    whole = (0, len(doc.text))
+    if not doc.pages or page == "all":
+        return whole
+    if page:
+        chosen = next((p for p in doc.pages if str(p.number) == page), None)
+        if chosen is None:
+            raise NotFound(f"{doc.name} has no page {page} (it has {len(doc.pages)})")
+    else:
+        chosen = doc.page_at(hit[0]) if hit else doc.pages[0]
+        if chosen is None:
+            return whole
+    start, end = chosen.start, chosen.end
+    if hit:
+        start, end = min(start, hit[0]), max(end, hit[1])
+    return start, end
+
+
+def shorten(text: str) -> str:
+    flat = " ".join(text.split())
+    if len(flat) <= QUOTE_CHARS:
+        return flat
+    return flat[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def highlight(text: str, terms: set[str]) -> Markup:
+    """``text`` escaped, with the words that match a query term (as BM25 tokenises) in <mark>."""
+    out: list[str] = []
+    at = 0
+    for m in _WORD.finditer(text):
+        if terms & set(tokenize(m.group())):
+            out.append(str(escape(text[at : m.start()])))
+            out.append(f"<mark>{escape(m.group())}</mark>")
+            at = m.end()
+    out.append(str(escape(text[at:])))
+    return Markup("".join(out))
+
+
+def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int]) -> Markup:
+    """The canonical text in ``view``, escaped, with an anchor at each section start, a marker at
+    each page start and the hit in ``<mark id="hit">``."""
+    lo, hi = view
+    marks: dict[int, list[str]] = {}
+    for s in doc.sections:
+        if s.level > 0 and lo <= s.start < hi:
+            marks.setdefault(s.start, []).append(f'<span class="anchor" id="s{s.row}"></span>')
+    for p in doc.pages:
+        if lo <= p.start < hi and p.start > 0:
+            marks.setdefault(p.start, []).append(
+                f'<span class="pagebreak" id="p{p.number}">page {p.number}</span>'
+            )
+    cuts = {lo, hi, *marks}
+    if hit:
+        cuts |= {max(lo, hit[0]), min(hi, hit[1])}
+    points = sorted(c for c in cuts if lo <= c <= hi)
+    out: list[str] = []
+    for a, b in zip(points, [*points[1:], None], strict=True):
+        out.extend(marks.get(a, []))
+        if b is None:
+            break
+        chunk = str(escape(doc.text[a:b]))
+        if hit and hit[0] <= a and b <= hit[1] and hit[0] < hit[1]:
+            first = a == max(lo, hit[0])
+            chunk = f"<mark{' id=hit' if first else ''}>{chunk}</mark>"
+        out.append(chunk)
+    return Markup("".join(out))
+
+
+def document_json(doc: Document, start: int, end: int) -> dict[str, Any]:
+    return {
+        "pack": doc.pack,
+        "name": doc.name,
+        "title": doc.title,
+        "type": doc.kind,
+        "length": len(doc.text),
+        "from": start,
+        "to": end,
+        "text": doc.text[start:end],
+        "sections": [
+            {
+                "id": s.row,
+                "level": s.level,
+                "title": s.title,
+                "from": s.start,
+                "to": s.end,
+                "parent": s.parent,
+            }
+            for s in doc.sections
+        ],
+        "pages": [{"number": p.number, "from": p.start, "to": p.end} for p in doc.pages],
+    }
+
+
+def pack_json(p: Any) -> dict[str, Any]:
+    r = p.reader
+    return {
+        "name": p.name,
+        "path": str(p.path),
+        "documents": len(p.documents),
+        "chunks": int(r.counts.get("chunks", 0)),
+        "model": None if r.model is None else r.model.get("name"),
+        "dense": p.searcher.embedder is not None,
+        "notes": p.searcher.notes,
+        "verify": p.verify,
+    }
