@@ -103,7 +103,9 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
     if stamp is None:
         return None, ["this pack has no vectors (built with --no-vectors): lexical-only results"]
     from kbpack.embed import Embedder, sha256_file
+    from kbpack.model.prefixes import Prefixes
 
+    prefixes = Prefixes.from_stamp(stamp)  # the pack's, never the model family's defaults
     want = str(stamp[F.M_SHA256])
     label = f"{stamp[F.M_NAME]} (sha256 {want[:12]})"
     if model is not None:
@@ -112,7 +114,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
             return None, [
                 f"--model {model} is not the pack's model {label}: dense search skipped, lexical-only results"
             ]
-        return Embedder(model), []
+        return Embedder(model, prefixes=prefixes), []
     if reader.has_embedded_model:
         path = cache_dir() / "models" / f"{want}.gguf"
         if not path.exists() or sha256_file(path) != want:
@@ -123,7 +125,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
                 return None, [
                     f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
                 ]
-        return Embedder(path), []
+        return Embedder(path, prefixes=prefixes), []
     try:
         from kbpack.embed import default_model_path
 
@@ -131,7 +133,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
     except ModelError as e:
         return None, [f"the pack's model {label} is not available ({e}): lexical-only results"]
     if sha256_file(default) == want:
-        return Embedder(default), []
+        return Embedder(default, prefixes=prefixes), []
     return None, [
         f"the pack was built with {label}, which is not the default model: pass --model FILE.gguf; lexical-only results"
     ]

@@ -46,6 +46,9 @@ class BuildOptions:
     overlap: int = 0
     threads: int | None = None
     shard: tuple[int, int] | None = None  # (I, N): only the documents of shard I of N
+    # None: the model family's default (kbpack/model/prefixes.py); "" turns a default off.
+    query_prefix: str | None = None
+    doc_prefix: str | None = None
 
 
 @dataclass
@@ -160,14 +163,17 @@ def build_from(
     embedder = None
     if opts.vectors:
         from kbpack.embed import Embedder
+        from kbpack.model.prefixes import override
 
         embedder = Embedder(opts.model, threads=opts.threads)
+        embedder.prefixes = override(embedder.prefixes, opts.query_prefix, opts.doc_prefix)
     t = timer.add("load", t)
 
     window = embedder.window if embedder else None
     max_chars = opts.max_chars if (opts.max_chars or embedder) else 1500
     config = ChunkConfig(window=window, max_chars=max_chars, overlap=opts.overlap)
-    count = embedder.count_tokens if embedder else None
+    # The document prefix is part of every embedded text: it counts against the window.
+    count = embedder.count_document_tokens if embedder else None
     specials = count("") if count else 0
     header_cost: dict[str, int] = {}
 
@@ -185,7 +191,7 @@ def build_from(
     n_reused = 0
     n_embedded = 0  # texts that went through the model (not taken from known_vectors)
 
-    identity = embedder.identity.as_dict() if embedder else None
+    identity = embedder.stamp if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
     chunking = {"window": config.window, "max_chars": config.max_chars, "overlap": config.overlap}
     with PackWriter(
@@ -295,7 +301,7 @@ def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple
     """Vectors of ``texts`` -- those ``known`` already has, the rest embedded in one call --
     and how many were embedded."""
     if known is None:
-        return np.asarray(embedder.embed(texts)), len(texts)
+        return np.asarray(embedder.embed_documents(texts)), len(texts)
     out = np.zeros((len(texts), embedder.dims), np.float32)
     missing = []
     for i, text in enumerate(texts):
@@ -305,7 +311,7 @@ def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple
         else:
             out[i] = v
     if missing:
-        out[missing] = embedder.embed([texts[i] for i in missing])
+        out[missing] = embedder.embed_documents([texts[i] for i in missing])
     return out, len(missing)
 
 

@@ -62,6 +62,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Choose the refusal threshold from data.",
     ),
     "serve": ("kbpack.commands.serve", "serve", "A local search page and JSON API for packs."),
+    "mcp": ("kbpack.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
 }
 
 

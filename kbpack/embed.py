@@ -23,8 +23,9 @@ from kbpack.model import keys as K
 from kbpack.model.cache import default_model_path
 from kbpack.model.gguf_header import read_gguf_metadata
 from kbpack.model.identity import ModelIdentity, identify_gguf, sha256_file
+from kbpack.model.prefixes import Prefixes, default_prefixes
 
-__all__ = ["Embedder", "ModelIdentity", "default_model_path", "sha256_file"]
+__all__ = ["Embedder", "ModelIdentity", "Prefixes", "default_model_path", "sha256_file"]
 
 # Tokens per llama_decode call. Attention inside one batch runs across all its tokens (masked
 # per sequence), so big batches cost more than they save: on MiniLM, 1 thread, real chunks,
@@ -52,9 +53,18 @@ class Embedder:
     than ``window`` tokens are cut to ``window`` (keeping the closing special token, as
     sentence-transformers does) and counted in ``truncated``; callers that must not lose text
     check ``count_tokens`` first.
+
+    ``prefixes`` are what ``embed_documents`` / ``embed_query`` put before each text (None: the
+    defaults of the model's family, see kbpack/model/prefixes.py). ``embed`` adds none.
     """
 
-    def __init__(self, model_path: Path | None = None, *, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        *,
+        threads: int | None = None,
+        prefixes: Prefixes | None = None,
+    ) -> None:
         path = Path(model_path) if model_path is not None else default_model_path()
         if not path.is_file():
             raise ModelError(f"{path}: model file not found; pass an existing FILE.gguf")
@@ -76,6 +86,14 @@ class Embedder:
         self._max_sequences = int(self._llm.context_params.n_seq_max)
         _check_special_tokens(path, self._llm)  # before the first tokenize() call
         self._prefix, self._suffix = self._special_layout()
+        self.prefixes = (
+            prefixes if prefixes is not None else default_prefixes(self.identity.name, path.stem)
+        )
+
+    @property
+    def stamp(self) -> dict[str, str | int]:
+        """What a pack records about the vectors: the model identity and the prefixes."""
+        return {**self.identity.as_dict(), **self.prefixes.as_stamp()}
 
     def close(self) -> None:
         """Free llama.cpp's model and context now rather than at garbage collection."""
@@ -98,6 +116,10 @@ class Embedder:
     def count_tokens(self, text: str) -> int:
         """Tokens that would reach the model for ``text`` if the window were unlimited."""
         return len(self.tokenize(text))
+
+    def count_document_tokens(self, text: str) -> int:
+        """Tokens of ``text`` as a document reaches the model: the document prefix counts."""
+        return len(self.tokenize(self.prefixes.document + text))
 
     def fit(self, tokens: list[int]) -> list[int]:
         """``tokens`` cut to the window, keeping the model's closing special tokens."""
@@ -142,6 +164,14 @@ class Embedder:
             raise ModelError(f"{self.path}: the model produced a zero or non-finite vector")
         out /= norms
         return out
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """``embed`` of each text behind the document prefix."""
+        return self.embed([self.prefixes.document + t for t in texts])
+
+    def embed_query(self, query: str) -> np.ndarray:
+        """float32 (dims,) unit vector of ``query`` behind the query prefix."""
+        return self.embed([self.prefixes.query + query])[0]
 
     def _decode(self, batch: list[int], tokenized: list[list[int]], out: np.ndarray) -> None:
         import llama_cpp

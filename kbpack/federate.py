@@ -255,6 +255,13 @@ def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
                 f"{r.path} was embedded with {got[F.M_NAME]} (sha256 {str(got[F.M_SHA256])[:12]}), "
                 f"{first.path} with {want[F.M_NAME]} (sha256 {str(want[F.M_SHA256])[:12]})"
             )
+        if want is not None and got is not None:
+            from kbpack.model.prefixes import Prefixes
+
+            # One query vector serves every pack: their query/document prefixes must agree.
+            theirs, ours = Prefixes.from_stamp(got), Prefixes.from_stamp(want)
+            if theirs != ours:
+                return f"{r.path} was embedded with prefixes {theirs}, {first.path} with {ours}"
     return None
 
 

@@ -130,6 +130,9 @@ class Searcher:
         self._index: BM25Index | None = None
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
+        # The query prefix comes from the pack, never from the embedder or the caller: a pack
+        # built with a prefix cannot be queried without it.
+        self.query_prefix = str(reader.model.get(F.M_QUERY_PREFIX, "")) if reader.model else ""
 
     def prepare(self) -> None:
         """Load now what every query needs (the vectors, the baked BM25 postings), so that a
@@ -184,7 +187,8 @@ class Searcher:
         """The query's unit vector, embedded once per query string."""
         assert self.embedder is not None
         if self._qcache is None or self._qcache[0] != query:
-            self._qcache = (query, self.embedder.embed([query])[0].astype(np.float32))
+            vector = self.embedder.embed([self.query_prefix + query])[0]
+            self._qcache = (query, vector.astype(np.float32))
         return self._qcache[1]
 
     def dense_similarities(self, query: str) -> np.ndarray:

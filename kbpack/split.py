@@ -286,18 +286,20 @@ __all__ = ["FAT32_MAX", "SplitReport", "member_path", "parse_size", "set_finding
 
 
 def build_set(
-    opts: Any, max_bytes: int, progress: Progress | None = None
+    opts: Any, max_bytes: int, progress: Progress | None = None, builder: Any = None
 ) -> tuple[Any, SplitReport]:
-    """``kbpack build ... --split-size``: build one pack under a hidden name beside the output,
-    split it into members, remove it. Returns (the build's report, the split's report)."""
+    """``kbpack build ... --split-size``: build one pack under a hidden name beside the output
+    (with ``builder(opts, progress)``, default ``build.build``), split it into members, remove
+    it. Returns (the build's report, the split's report)."""
     from dataclasses import replace
 
     from kbpack.build import build
 
+    builder = builder or build
     out = Path(opts.out)
     whole = out.with_name(f".{out.stem}.unsplit-{os.getpid()}{out.suffix or '.kbpack'}")
     try:
-        report = build(replace(opts, out=whole), progress)
+        report = builder(replace(opts, out=whole), progress)
         split = split_pack(whole, out, max_bytes, progress)
     finally:
         whole.unlink(missing_ok=True)

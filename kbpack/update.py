@@ -69,6 +69,14 @@ def with_pack_model(reader: PackReader, opts: BuildOptions) -> tuple[BuildOption
             sha = stamp[F.M_SHA256]
     if stamp is not None and sha == stamp[F.M_SHA256]:
         carry = carry or reader.has_embedded_model
+        # The same model keeps the pack's prefixes unless new ones are given.
+        opts = replace(
+            opts,
+            query_prefix=stamp[F.M_QUERY_PREFIX]
+            if opts.query_prefix is None
+            else opts.query_prefix,
+            doc_prefix=stamp[F.M_DOC_PREFIX] if opts.doc_prefix is None else opts.doc_prefix,
+        )
     return replace(opts, embed_model=carry), sha
 
 
@@ -91,13 +99,19 @@ def _pack_model_file(reader: PackReader) -> Path:
 
 def pack_compatible(reader: PackReader, opts: BuildOptions, model_sha: str | None) -> bool:
     """Whether the old pack's chunks and vectors are what this build would make: the same
-    pipeline, and the same model (or BM25-only on both sides)."""
+    pipeline, and the same model with the same prefixes (or BM25-only on both sides)."""
     if reader.root_attrs.get(F.R_PIPELINE_VERSION) != F.PIPELINE_VERSION:
         return False
     stamp = reader.model
     if opts.vectors != (stamp is not None):
         return False
-    return stamp is None or (model_sha is not None and stamp[F.M_SHA256] == model_sha)
+    if stamp is None:
+        return True
+    same_prefixes = (stamp[F.M_QUERY_PREFIX], stamp[F.M_DOC_PREFIX]) == (
+        opts.query_prefix,
+        opts.doc_prefix,
+    )
+    return model_sha is not None and stamp[F.M_SHA256] == model_sha and same_prefixes
 
 
 def reusable_row(contents: PackContents, candidate: Candidate, opts: BuildOptions) -> int | None:

@@ -26,7 +26,7 @@ def test_every_element_is_in_the_spec() -> None:
 
 
 def test_every_model_attribute_and_count_is_in_the_spec() -> None:
-    for name in (*F.MODEL_ATTRS, *F.COUNT_KEYS):
+    for name in (*F.MODEL_ATTRS, *F.MODEL_PREFIX_ATTRS, *F.COUNT_KEYS):
         assert f"`{name}`" in SPEC, name
 
 
@@ -43,3 +43,22 @@ def test_every_command_is_documented_and_listed() -> None:
             continue
         assert re.search(rf"^\s+{name}\s", out, re.M), f"{name} missing from --help"
         assert f"kbpack {name}" in README, f"README does not document `kbpack {name}`"
+
+
+def test_every_prefix_family_is_in_the_readme_table() -> None:
+    from kbpack.model.prefixes import FAMILIES
+
+    for family in FAMILIES:
+        row = next(
+            (line for line in README.splitlines() if line.startswith(f"| {family.label} |")), None
+        )
+        assert row is not None, f"README Models table lacks {family.label}"
+        for prefix in (family.prefixes.query, family.prefixes.document):
+            shown = json_quoted(prefix)
+            assert shown in row, f"{family.label}: README shows no {shown}"
+
+
+def json_quoted(text: str) -> str:
+    import json
+
+    return "`" + json.dumps(text) + "`" if text else "none"

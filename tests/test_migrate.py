@@ -165,7 +165,10 @@ def test_an_older_pipeline_is_rechunked_from_stored_text_reusing_vectors(
     monkeypatch.setattr(F, "PIPELINE_VERSION", F.PIPELINE_VERSION + 1)
     code, _, err = run("migrate", str(pack_a), "-o", str(tmp_path / "x.kbpack"))
     assert code == 1  # re-chunking needs the pack's model, which is not the default one
-    assert "re-chunking needs the pack's model" in err and "pass --model FILE.gguf" in err
+    assert (
+        "re-chunking or new prefixes need the pack's model" in err
+        and "pass --model FILE.gguf" in err
+    )
     out = tmp_path / "p2.kbpack"
     report = migrate_json(str(pack_a), "-o", str(out), "--model", str(tiny_model))
     assert report["pipeline"] == {"from": 1, "to": F.PIPELINE_VERSION}

@@ -34,6 +34,18 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Store the GGUF model inside the pack (air-gapped query without a model install).",
         ),
+        click.option(
+            "--query-prefix",
+            metavar="TEXT",
+            help="Text before every query, stored in the pack (default: the model family's; "
+            "README Models).",
+        ),
+        click.option(
+            "--doc-prefix",
+            metavar="TEXT",
+            help="Text before every embedded chunk, stored in the pack (default: the model "
+            "family's; '' for none).",
+        ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
         click.option(
             "--include",
@@ -122,6 +134,16 @@ def build_options(f: Any) -> Any:
     help="Only shard I of N of the documents (by a hash of the name); merge the N packs.",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Extract, chunk and embed on a local Dask cluster of N worker processes.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Extract, chunk and embed on the Dask cluster at ADDRESS (tcp://host:8786).",
+)
+@click.option(
     "--split-size",
     metavar="SIZE",
     help="Write a pack set OUT-001.kbpack, OUT-002.kbpack, ... each under SIZE (e.g. 3.9G for FAT32).",
@@ -150,6 +172,9 @@ def run_build_command(
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
     shard = kw.pop("shard", None)
     split_size = kw.pop("split_size", None)
+    workers, scheduler = kw.pop("workers", None), kw.pop("scheduler", None)
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("give either --workers or --scheduler, not both")
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -169,16 +194,27 @@ def run_build_command(
         overlap=kw["overlap"],
         threads=kw["threads"],
         shard=parse_shard(shard) if shard else None,
+        query_prefix=kw["query_prefix"],
+        doc_prefix=kw["doc_prefix"],
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
+    if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
+        raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if split_size is not None:
             from kbpack.split import build_set, parse_size
 
+            builder = None
+            if workers is not None or scheduler is not None:
+                from kbpack.cluster import cluster_build
+
+                def builder(o: Any, p: Any) -> Any:
+                    return cluster_build(o, workers, scheduler, p)
+
             report, members = build_set(
-                opts, parse_size(split_size), Progress(show_progress(quiet, as_json))
+                opts, parse_size(split_size), Progress(show_progress(quiet, as_json)), builder
             )
             # the whole pack was a step on the way: the summary names the set
             report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
@@ -198,6 +234,12 @@ def run_build_command(
             from kbpack.update import update_pack
 
             report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+        elif workers is not None or scheduler is not None:
+            from kbpack.cluster import cluster_build
+
+            report = cluster_build(
+                opts, workers, scheduler, Progress(show_progress(quiet, as_json))
+            )
         else:
             report = run_build(opts, Progress(show_progress(quiet, as_json)))
     finally:

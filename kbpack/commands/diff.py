@@ -128,6 +128,16 @@ def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Re-embed with this GGUF model (from the stored text; no sources needed).",
 )
+@click.option(
+    "--query-prefix",
+    metavar="TEXT",
+    help="New query prefix (default: the pack's; another --model: its family's). Re-embeds.",
+)
+@click.option(
+    "--doc-prefix",
+    metavar="TEXT",
+    help="New document prefix ('' for none). A change re-embeds every chunk.",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would change and how much work it is.")
 @click.option(
     "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
@@ -138,6 +148,8 @@ def migrate(
     pack: Path,
     out: Path | None,
     model: Path | None,
+    query_prefix: str | None,
+    doc_prefix: str | None,
     dry_run: bool,
     threads: int | None,
     as_json: bool,
@@ -160,6 +172,8 @@ def migrate(
             pack,
             out,
             model=model,
+            query_prefix=query_prefix,
+            doc_prefix=doc_prefix,
             dry_run=dry_run,
             threads=threads,
             progress=Progress(show_progress(quiet, as_json)),

@@ -26,14 +26,20 @@ def model() -> None:
 @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the identity as JSON.")
 def info(file: Path | None, as_json: bool) -> None:
-    """Identity of FILE.gguf (default: the default model): name, SHA-256, dims, window."""
+    """Identity of FILE.gguf (default: the default model): name, SHA-256, architecture, dims,
+    pooling, window, and the query/document prefixes a build would use by default."""
     from kbpack.model import default_model_path, identify_gguf
+    from kbpack.model.prefixes import default_prefixes, family_of
 
     path = file if file is not None else default_model_path()
     if not path.is_file():
         raise UsageError(f"{path}: no such model file; pass an existing FILE.gguf")
     record: dict[str, Any] = {"path": str(path), "size": path.stat().st_size}
-    record.update(identify_gguf(path).as_dict())
+    identity = identify_gguf(path)
+    record.update(identity.as_dict())
+    family = family_of(identity.name) or family_of(path.stem)
+    record["family"] = family.label if family else None
+    record.update(default_prefixes(identity.name, path.stem).as_stamp())
     _emit(record, as_json)
 
 
@@ -127,4 +133,6 @@ def _emit(record: dict[str, Any], as_json: bool) -> None:
         return
     width = max(len(k) for k in record)
     for key, value in record.items():
-        click.echo(f"{key:<{width}}  {value}")
+        if key.endswith("_prefix"):
+            value = repr(value)  # quoted: a prefix's trailing space matters
+        click.echo(f"{key:<{width}}  {'-' if value is None else value}")

@@ -145,8 +145,11 @@ def diff_readers(old_r: PackReader, new_r: PackReader) -> PackDiff:
     return d
 
 
-def _model_sha(model: dict[str, Any] | None) -> str | None:
-    return None if model is None else str(model[F.M_SHA256])
+def _model_sha(model: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    """The model's hash and prefixes: a prefix change is a model change (vectors differ)."""
+    from kbpack.model.prefixes import vectors_key
+
+    return vectors_key(model)
 
 
 def _document_changes(
@@ -269,7 +272,13 @@ def _differences(d: PackDiff, same_model: bool) -> list[str]:
 def _model_label(model: dict[str, Any] | None) -> str:
     if model is None:
         return "none (BM25-only)"
-    return f"{model[F.M_NAME]} (sha256 {str(model[F.M_SHA256])[:12]}, {model[F.M_DIMS]} dims)"
+    prefixes = [
+        f"{key} {model[key]!r}" for key in F.MODEL_PREFIX_ATTRS if model.get(key)
+    ]  # shown only when set, so a prefix change is visible in the one-line summary
+    extra = "".join(f", {p}" for p in prefixes)
+    return (
+        f"{model[F.M_NAME]} (sha256 {str(model[F.M_SHA256])[:12]}, {model[F.M_DIMS]} dims{extra})"
+    )
 
 
 __all__ = ["VECTOR_TOLERANCE", "PackDiff", "diff_packs", "diff_readers", "summary"]

@@ -107,6 +107,11 @@ MODEL_ATTRS = (
     M_NORMALIZE,
     M_LLAMA_CPP_VERSION,
 )
+# Text put before every query / every embedded chunk text (kbpack/model/prefixes.py). Part of
+# what makes two vectors comparable, like the hash; absent (older packs) means "".
+M_QUERY_PREFIX = "query_prefix"
+M_DOC_PREFIX = "doc_prefix"
+MODEL_PREFIX_ATTRS = (M_QUERY_PREFIX, M_DOC_PREFIX)
 
 BM25_K1 = "k1"
 BM25_B = "b"

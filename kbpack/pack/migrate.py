@@ -175,8 +175,12 @@ class MigrationPlan:
         }
 
 
-def _sha(model: dict[str, Any] | None) -> str | None:
-    return None if model is None else str(model[F.M_SHA256])
+def _sha(model: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    """What decides whether vectors can be kept: the model's hash and its prefixes (a prefix
+    change re-embeds like a model change)."""
+    from kbpack.model.prefixes import vectors_key
+
+    return vectors_key(model)
 
 
 def _config(embedder: Any | None, recorded: dict[str, Any] | None = None) -> ChunkConfig:
@@ -205,7 +209,7 @@ class _Planner:
         self.model_changes = model_changes
         stamp = contents.r.model
         self.old_window = int(stamp[F.M_WINDOW]) if stamp else None
-        self.count = embedder.count_tokens if embedder else None
+        self.count = embedder.count_document_tokens if embedder else None
         self.config = _config(embedder, contents.r.chunking)
         self.problems: list[str] = []
 
@@ -289,8 +293,13 @@ def migrate_pack(
     dry_run: bool = False,
     threads: int | None = None,
     progress: Progress | None = None,
+    query_prefix: str | None = None,
+    doc_prefix: str | None = None,
 ) -> MigrationReport:
-    """Migrate ``src`` into the new file ``out`` (never ``src`` itself); see the module doc."""
+    """Migrate ``src`` into the new file ``out`` (never ``src`` itself); see the module doc.
+
+    ``query_prefix`` / ``doc_prefix`` (None: the pack's for the same model, the new model's
+    family defaults for another) re-embed every chunk when they change the pack's."""
     src = Path(src)
     if out is None and not dry_run:
         raise UsageError("migrate writes a new file: give -o OUT")
@@ -314,29 +323,38 @@ def migrate_pack(
                 model_to=reader.model,
                 documents=0,
             )
-            return _migrate_current(
-                reader, plan, out, model, dry_run, threads, progress or Progress(False)
-            )
+            target = _Target(model, query_prefix, doc_prefix, threads)
+            return _migrate_current(reader, plan, out, target, dry_run, progress or Progress(False))
     finally:
         for t in temps:
             with contextlib.suppress(OSError):
                 t.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class _Target:
+    """What the user asked the migrated pack to be embedded with."""
+
+    model: Path | None
+    query_prefix: str | None
+    doc_prefix: str | None
+    threads: int | None
+
+
 def _migrate_current(
     reader: PackReader,
     plan: MigrationPlan,
     out: Path | None,
-    model: Path | None,
+    want: _Target,
     dry_run: bool,
-    threads: int | None,
     progress: Progress,
 ) -> MigrationReport:
     contents = PackContents(reader)
     pipeline_stale = plan.pipeline_from < F.PIPELINE_VERSION
     plan.pipeline_to = max(plan.pipeline_from, F.PIPELINE_VERSION)
-    embedder, model_path = _target_embedder(reader, model, pipeline_stale, threads)
-    target = embedder.identity.as_dict() if embedder is not None else reader.model
+    embedder, model_path = _target_embedder(reader, want, pipeline_stale)
+    threads = want.threads
+    target = embedder.stamp if embedder is not None else reader.model
     plan.model_to = target
     plan.documents = contents.n
     plan.chunks_before = int(reader.counts.get("chunks", 0))
@@ -392,7 +410,10 @@ def _migrate_current(
         return MigrationReport(plan=plan, path=None, dry_run=True)
     assert out is not None
     if plan.needs_work:
-        written = _rebuild(reader, contents, plans, by_text, out, model_path, threads, progress)
+        prefixes = embedder.prefixes if embedder is not None else None
+        written = _rebuild(
+            reader, contents, plans, by_text, out, model_path, prefixes, threads, progress
+        )
         if not plan.model_changes:  # same model: its threshold (and calibration) still hold
             from kbpack.pack.rewrite import rewrite_search_settings
 
@@ -411,26 +432,43 @@ def _migrate_current(
 
 
 def _target_embedder(
-    reader: PackReader, model: Path | None, pipeline_stale: bool, threads: int | None
+    reader: PackReader, want: _Target, pipeline_stale: bool
 ) -> tuple[Any | None, Path | None]:
-    """The model to embed with, loaded, and its file; (None, None) when nothing is embedded."""
+    """The model to embed with, loaded with its prefixes, and its file; (None, None) when
+    nothing is embedded."""
     from kbpack.embed import Embedder
+    from kbpack.model.prefixes import Prefixes, override
 
     stamp = reader.model
+    kept = Prefixes.from_stamp(stamp) if stamp is not None else Prefixes()
+    model = want.model
     if model is not None:
         if not model.is_file():
             raise UsageError(f"{model}: model file not found; pass an existing FILE.gguf")
-        return Embedder(model, threads=threads), model
-    if stamp is None or not pipeline_stale:
-        return None, None  # BM25-only stays BM25-only; the same model re-embeds nothing
+        given = Embedder(model, threads=want.threads)
+        # The same model keeps the pack's prefixes; another one starts from its family's.
+        same = stamp is not None and given.identity.sha256 == stamp[F.M_SHA256]
+        base = kept if same else given.prefixes
+        given.prefixes = override(base, want.query_prefix, want.doc_prefix)
+        return given, model
+    changed = override(kept, want.query_prefix, want.doc_prefix)
+    if stamp is None:
+        if changed != kept:
+            raise UsageError(
+                f"{reader.path}: a BM25-only pack has no vectors to prefix; pass --model too"
+            )
+        return None, None  # BM25-only stays BM25-only
+    if not pipeline_stale and changed == kept:
+        return None, None  # the same model with the same prefixes re-embeds nothing
     from kbpack.api import resolve_embedder
 
     embedder, notes = resolve_embedder(reader, None)
     if embedder is None:
         raise ModelError(
-            f"{reader.path}: re-chunking needs the pack's model to count tokens and embed "
+            f"{reader.path}: re-chunking or new prefixes need the pack's model to embed "
             f"({'; '.join(notes)}); pass --model FILE.gguf"
         )
+    embedder.prefixes = changed
     return embedder, Path(embedder.path)
 
 
@@ -446,6 +484,7 @@ def _rebuild(
     by_text: dict[bytes, int],
     out: Path,
     model_path: Path | None,
+    prefixes: Any | None,
     threads: int | None,
     progress: Progress,
 ) -> tuple[Path, int, dict[str, int], int]:
@@ -473,6 +512,8 @@ def _rebuild(
         vectors=model_path is not None,
         embed_model=reader.has_embedded_model and model_path is not None,
         threads=threads,
+        query_prefix=prefixes.query if prefixes is not None else None,
+        doc_prefix=prefixes.document if prefixes is not None else None,
         allow_empty=True,  # a migrated pack holds what the old one held, even nothing
     )
     result = build_from(

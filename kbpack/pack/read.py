@@ -131,7 +131,15 @@ class PackReader:
             raise PackError(
                 f"{self.path}: /model lacks attribute {missing[0]!r}; run kbpack verify"
             )
-        return {k: a[k] for k in F.MODEL_ATTRS}
+        stamp = {k: a[k] for k in F.MODEL_ATTRS}
+        for k in F.MODEL_PREFIX_ATTRS:  # absent in packs written before prefixes: none
+            value = a.get(k, "")
+            if not isinstance(value, str):
+                raise PackError(
+                    f"{self.path}: /model attribute {k!r} is not a string; run kbpack verify"
+                )
+            stamp[k] = value
+        return stamp
 
     @property
     def has_embedded_model(self) -> bool:

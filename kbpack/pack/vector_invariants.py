@@ -26,6 +26,9 @@ class VectorInvariants(ExamState):
         missing = [k for k in F.MODEL_ATTRS if k not in model]
         if missing:
             self.add("model-stamp", F.MODEL, f"lacks attribute {missing[0]!r}")
+        for key in F.MODEL_PREFIX_ATTRS:  # optional: packs before prefixes lack them
+            if key in model and not isinstance(model[key], str):
+                self.add("model-stamp", F.MODEL, f"{key} {model[key]!r} is not a string")
         dims = model.get(F.M_DIMS)
         sha = model.get(F.M_SHA256)
         if not isinstance(dims, int) or isinstance(dims, bool) or dims <= 0:

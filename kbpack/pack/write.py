@@ -337,6 +337,7 @@ class PackWriter:
                 attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
                 if el.path == F.MODEL and self.model:
                     attrs.update({k: self.model[k] for k in F.MODEL_ATTRS})
+                    attrs.update({k: str(self.model.get(k, "")) for k in F.MODEL_PREFIX_ATTRS})
                 elif el.path == F.BM25:
                     attrs.update({F.BM25_K1: 1.2, F.BM25_B: 0.75, F.BM25_TOKENIZER: F.TOKENIZER_ID})
                 elif el.path == F.CHUNKS:

@@ -1,0 +1,166 @@
+"""``kbpack mcp``: the packs as two Model Context Protocol tools over stdio.
+
+``search(query, k, mode, pack)`` returns what ``/api/search`` returns (the fields of
+``kbpack query --json``, plus ``pack``): results with locators an agent can cite.
+``read(doc, from, to, pack)`` returns the canonical text between two offsets, with the section
+path and page there, so the agent can quote the passage in context.
+
+Built on the SDK's low-level server with the tools' JSON schemas written out: the tool's
+argument is called ``from`` (as in every locator), a Python keyword that a decorated function
+cannot take as a parameter name.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+
+from kbpack import __version__
+from kbpack.errors import KbpackError, UsageError
+from kbpack.search import MODES, locator
+from kbpack.serve.library import MAX_K, MAX_QUERY_CHARS, Library
+
+MAX_READ_CHARS = 20_000  # one read returns at most this much text: agents page through
+
+
+def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
+    pack = {
+        "type": "string",
+        "enum": list(library.packs),
+        "description": "Which pack (needed when several are served).",
+    }
+    return {
+        "search": {
+            "description": (
+                "Search the knowledge packs. Returns passages with citations: doc, section, "
+                "locator (doc#char=from,to, PDFs #page=N&char=...), distance, content. "
+                "'answer' is null when nothing is close enough: then say the packs do not say."
+            ),
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
+                    "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 5},
+                    "mode": {"type": "string", "enum": list(MODES), "default": "hybrid"},
+                    "pack": pack,
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+        "read": {
+            "description": (
+                "Read a document's canonical text between two character offsets (a search "
+                "result's from/to, or wider for context). At most "
+                f"{MAX_READ_CHARS} characters per call."
+            ),
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "doc": {"type": "string", "description": "The document name from a result."},
+                    "from": {"type": "integer", "minimum": 0, "default": 0},
+                    "to": {"type": "integer", "minimum": 0},
+                    "pack": pack,
+                },
+                "required": ["doc"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def search_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
+    name = args.get("pack")
+    resp = library.search(
+        name, str(args["query"]), k=int(args.get("k", 5)), mode=str(args.get("mode", "hybrid"))
+    )
+    return {"pack": library.get(name).name, **resp.as_dict()}
+
+
+def read_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
+    doc = library.document(args.get("pack"), str(args["doc"]))
+    n = len(doc.text)
+    start = int(args.get("from", 0))
+    end = int(args["to"]) if args.get("to") is not None else min(n, start + MAX_READ_CHARS)
+    if not 0 <= start <= end <= n:
+        raise UsageError(f"{doc.name}: from={start}, to={end} is outside the text (0..{n})")
+    if end - start > MAX_READ_CHARS:
+        raise UsageError(
+            f"{doc.name}: {end - start} characters asked; read at most {MAX_READ_CHARS} per call"
+        )
+    page = doc.page_at(start) if doc.pages else None
+    number = page.number if page else None
+    return {
+        "pack": doc.pack,
+        "doc": doc.name,
+        "title": doc.title,
+        "from": start,
+        "to": end,
+        "length": n,
+        "section": " > ".join(s.title for s in doc.section_at(start) if s.level > 0),
+        "page": number,
+        "locator": locator(doc.name, start, end, number),
+        "text": doc.text[start:end],
+    }
+
+
+TOOLS = {"search": search_tool, "read": read_tool}
+
+
+def build_server(library: Library) -> Any:
+    from mcp import types
+    from mcp.server.lowlevel import Server
+
+    schemas = tool_schemas(library)
+    tools = [
+        types.Tool(name=name, description=s["description"], input_schema=s["schema"])
+        for name, s in schemas.items()
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+        fn = TOOLS.get(params.name)
+        if fn is None:
+            return error(f"no tool named {params.name!r}; the tools are search and read")
+        try:
+            # the library blocks (HDF5, llama.cpp): off the event loop
+            out = await anyio.to_thread.run_sync(fn, library, dict(params.arguments or {}))
+        except KbpackError as e:
+            return error(str(e))
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(out, ensure_ascii=False))],
+            structured_content=out,
+        )
+
+    def error(message: str) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+    return Server(
+        "kbpack",
+        version=__version__,
+        instructions=(
+            "Offline knowledge packs. Call search first; cite results by their locator; "
+            "call read for more context around a result. If search returns answer null, the "
+            "packs do not answer the question."
+        ),
+        get_tool_input_schema=lambda name: schemas[name]["schema"] if name in schemas else None,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def run_stdio(library: Library) -> None:
+    """Serve until the client closes stdin."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(library)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
