@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 export CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: quickstart install demo test lint bench clean
+.PHONY: quickstart install demo test lint bench clean golden
 
 quickstart: demo
 
@@ -27,6 +27,15 @@ demo: install
 	@mkdir -p out
 	$(BIN)/kbpack build fixtures/docs -o out/fixtures.kbpack
 	$(BIN)/kbpack query out/fixtures.kbpack "What does TableStyle do?" -k 3
+
+# The golden pack of the current format (fixtures/golden/README.md): same sources, the default
+# model, a fixed creation time, so the file is rebuilt byte for byte. Never rebuild a golden
+# pack of an older version: those are what old kbpacks wrote.
+GOLDEN_SOURCES := fixtures/docs/pypdf/README.md fixtures/docs/sqlite/sqlite-null-handling.docx \
+	fixtures/hostile/mixed-pages.pdf fixtures/hostile/not-a-pdf.pdf
+golden: install
+	SOURCE_DATE_EPOCH=1764633600 $(BIN)/kbpack build $(GOLDEN_SOURCES) --threads 1 -q \
+	  -o fixtures/golden/v$$($(BIN)/python -c 'from kbpack.pack.format import FORMAT_VERSION as v; print(v)').kbpack
 
 h5dump:
 	@command -v h5dump >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \

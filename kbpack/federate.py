@@ -28,6 +28,9 @@ from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.search import Result, Searcher, SearchResponse
 
+# Contributions kept for query terms seen before, up to this many postings (16 bytes each)
+_MEMO_POSTINGS = 4_000_000
+
 
 class SetSearcher(Searcher):
     """A ``Searcher`` over several packs; ``members`` are each pack's own searcher."""
@@ -48,6 +51,9 @@ class SetSearcher(Searcher):
                 f"({sorted(params)}); they cannot be scored as one"
             )
         self.k1, self.b = params.pop()
+        self._in_memory = False  # postings read whole (from the second query on)
+        self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._cached = 0  # postings held in _parts
 
     # -- where a set chunk lives ---------------------------------------------------------------
     def locate(self, chunk: int) -> tuple[int, int]:
@@ -71,30 +77,14 @@ class SetSearcher(Searcher):
             # One mean length over every chunk of the set, computed as a merged pack would.
             lengths = [m.r.column(F.BM25_DOC_LEN) for m in self.members]
             self._norms = length_norms(np.concatenate(lengths), self.k1, self.b)
-        norms = self._norms
+        self._bm25_queries += 1
+        if self._bm25_queries == 2:
+            # A second query means batch mode, a server or the API: from now on read each
+            # pack's postings from memory (one read each) instead of slicing HDF5 per term.
+            self._in_memory = True
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         for term in query_terms(query):
-            spans = []  # (member, lo, hi): the term's postings in each pack holding it
-            for i, m in enumerate(self.members):
-                row = m.lookup().find(term)
-                if row is not None:
-                    indptr = m.r.column(F.BM25_INDPTR)
-                    spans.append((i, int(indptr[row]), int(indptr[row + 1])))
-            df = sum(hi - lo for _, lo, hi in spans)
-            for i, lo, hi in spans:
-                m = self.members[i]
-                a, b = int(self.base[i]), int(self.base[i + 1])
-                ids, scores = term_scores(
-                    lo,
-                    hi,
-                    m.r.dataset(F.BM25_CHUNK),
-                    m.r.dataset(F.BM25_TF),
-                    n,
-                    norms[a:b],
-                    self.k1,
-                    df=df,
-                )
-                parts.append((ids.astype(np.int64) + a, scores))
+            parts.extend(self._term_parts(term, n))
         # Parts run term by term, so each chunk's terms are summed in the order a merged pack
         # sums them: the scores are equal to the last bit, not merely close.
         ids, scores = accumulate(parts, n)
@@ -102,6 +92,38 @@ class SetSearcher(Searcher):
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
         return ids, scores
+
+    def _term_parts(self, term: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``term``'s contribution to every chunk of the set holding it, one part per pack:
+        (set chunk ids, scores) with the set's idf and length norms. Memoised per term (the
+        statistics of a set never change)."""
+        cached = self._parts.get(term)
+        if cached is not None:
+            return cached
+        spans = []  # (member, lo, hi): the term's postings in each pack holding it
+        for i, m in enumerate(self.members):
+            row = m.lookup().find(term)
+            if row is not None:
+                indptr = m.r.column(F.BM25_INDPTR)
+                spans.append((i, int(indptr[row]), int(indptr[row + 1])))
+        df = sum(hi - lo for _, lo, hi in spans)
+        assert self._norms is not None
+        parts = []
+        for i, lo, hi in spans:
+            m = self.members[i]
+            a, b = int(self.base[i]), int(self.base[i + 1])
+            read = m.r.column if self._in_memory else m.r.dataset
+            ids, scores = term_scores(
+                lo, hi, read(F.BM25_CHUNK), read(F.BM25_TF), n, self._norms[a:b], self.k1, df=df
+            )
+            parts.append((ids.astype(np.int64) + a, scores))
+        size = sum(len(x) for x, _ in parts)
+        if self._cached + size > _MEMO_POSTINGS:
+            self._parts.clear()
+            self._cached = 0
+        self._parts[term] = parts
+        self._cached += size
+        return parts
 
     def doc_freq(self, term: str) -> int:
         return sum(m.doc_freq(term) for m in self.members)

@@ -51,6 +51,32 @@ def check_bytes(path: str, manifest: dict[str, Any]) -> bool:
     return size == manifest["file_size"] and h.hexdigest() == manifest["hdf5_sha256"]
 
 
+def storage_violations(path: str, format_version: int) -> list[str]:
+    """Spec §1.1 (format 2 on): numeric datasets chunked with Fletcher-32, integer and byte
+    ones also shuffled and deflated (not the vectors, not the GGUF), strings unfiltered."""
+    if format_version < 2:
+        return []
+    bad: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if not isinstance(obj, h5py.Dataset):
+            return
+        path = "/" + name
+        if h5py.check_string_dtype(obj.dtype) is not None:
+            if obj.compression or obj.fletcher32 or obj.shuffle:
+                bad.append(f"{path}: a string dataset with filters")
+            return
+        packed = path not in ("/vectors/data", "/model/gguf")
+        if not obj.fletcher32:
+            bad.append(f"{path}: no fletcher32")
+        if (obj.compression == "gzip") != packed or obj.shuffle != packed:
+            bad.append(f"{path}: compression {obj.compression}, shuffle {obj.shuffle}")
+
+    with h5py.File(path, "r", locking=False) as f:
+        f.visititems(visit)
+    return bad
+
+
 def read_chunks(path: str) -> list[Chunk]:
     out: list[Chunk] = []
     with h5py.File(path, "r", locking=False) as f:

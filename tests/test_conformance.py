@@ -29,6 +29,8 @@ def _agree(path: Path) -> int:
         for i, c in enumerate(chunks):
             assert c.content == r.chunk_content(i)
             assert c.content.strip() == c.content and c.content
+    manifest = ind.read_manifest(str(path))
+    assert ind.storage_violations(str(path), manifest["format_version"]) == []
     lengths, terms = ind.tokenize_check(str(path))
     assert terms == sorted(terms, key=lambda t: t.encode()) and (lengths >= 1).all()
     return len(chunks)

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from kbpack.cli import cli
+from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
 GOLDEN_DIR = Path(__file__).parent.parent / "fixtures" / "golden"
@@ -64,3 +65,57 @@ def test_golden_pack_answers_with_the_default_model(default_model: Path) -> None
         assert not resp.lexical_only and resp.answered
         assert resp.results[0].doc == "README.md"
         assert resp.results[0].distance is not None and resp.results[0].distance < 0.6
+
+
+# Known, explained differences between the v1 golden pack migrated and the v2 golden pack built
+# fresh from the same sources: the creation time (root attributes); v1 packs did not record the
+# chunking settings (/chunks attribute `chunking`, read as the defaults); and float16 vectors
+# from an older llama.cpp build, equal to within float16 rounding.
+EXPLAINED = {"/@attrs", "/chunks@attrs", "/vectors/data"}
+
+
+def test_v1_golden_migrates_to_the_content_of_the_v2_golden(tmp_path: Path) -> None:
+    import numpy as np
+
+    from kbpack.pack.manifest import read_header
+
+    out = tmp_path / "migrated.kbpack"
+    r = CliRunner().invoke(cli, ["migrate", str(GOLDEN_DIR / "v1.kbpack"), "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    got, want = read_header(out).manifest, read_header(GOLDEN_DIR / "v2.kbpack").manifest
+    assert got.format_version == want.format_version == 2
+    assert got.counts == want.counts
+    assert set(got.elements) == set(want.elements)
+    differ = {k for k in want.elements if got.elements[k] != want.elements[k]}
+    assert differ <= EXPLAINED, differ - EXPLAINED
+    with PackReader(out) as a, PackReader(GOLDEN_DIR / "v2.kbpack") as b:
+        assert np.abs(a.vectors() - b.vectors()).max() < 1e-3
+        assert a.strings(F.DOC_TEXT_SHA256) == b.strings(F.DOC_TEXT_SHA256)
+
+
+@pytest.mark.default_model
+def test_the_v2_golden_pack_is_what_make_golden_builds(
+    default_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The current golden pack is rebuilt by `make golden` (the Makefile's sources and epoch).
+    When this fails after a change to what a pack holds, update spec/FORMAT.md and run
+    `make golden` in the same commit."""
+    import re
+
+    from kbpack.pack.format import FORMAT_VERSION
+    from kbpack.pack.manifest import read_header
+
+    make = (GOLDEN_DIR.parent.parent / "Makefile").read_text()
+    sources = re.search(r"GOLDEN_SOURCES := ((?:.*\\\n)*.*)\n", make)
+    epoch = re.search(r"SOURCE_DATE_EPOCH=(\d+)", make)
+    assert sources and epoch
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch.group(1))
+    monkeypatch.chdir(GOLDEN_DIR.parent.parent)
+    out = tmp_path / "rebuilt.kbpack"
+    args = ["build", *sources.group(1).replace("\\\n", " ").split(), "-o", str(out), "-q"]
+    r = CliRunner().invoke(cli, [*args, "--threads", "1"])
+    assert r.exit_code == 0, r.stderr
+    got = read_header(out).manifest
+    want = read_header(GOLDEN_DIR / f"v{FORMAT_VERSION}.kbpack").manifest
+    assert got.counts == want.counts and got.created == want.created
+    assert got.elements == want.elements, "run `make golden` (and say why in spec/FORMAT.md)"

@@ -261,25 +261,26 @@ def _stamp_format(src: Path, dst: Path, version: int) -> None:
 def test_a_registered_step_upgrades_an_old_pack_end_to_end(
     pack_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pretend this kbpack writes format 2 and registers the step 1 -> 2: a format-1 pack
-    goes through the step, comes out stamped 2, verified, with its content unchanged."""
+    """Pretend this kbpack writes the next format and registers its step: a current pack goes
+    through the step, comes out stamped with the next version, verified, content unchanged."""
+    now, nxt = F.FORMAT_VERSION, F.FORMAT_VERSION + 1
     ran: list[tuple[Path, Path]] = []
 
-    def step_1_to_2(src: Path, dst: Path) -> None:
+    def step_to_next(src: Path, dst: Path) -> None:
         ran.append((src, dst))
-        _stamp_format(src, dst, 2)
+        _stamp_format(src, dst, nxt)
 
-    monkeypatch.setattr(F, "FORMAT_VERSION", 2)
-    monkeypatch.setitem(STEPS, 1, step_1_to_2)
-    out = tmp_path / "v2.kbpack"
+    monkeypatch.setattr(F, "FORMAT_VERSION", nxt)
+    monkeypatch.setitem(STEPS, now, step_to_next)
+    out = tmp_path / "next.kbpack"
     report = migrate_json(str(pack_a), "-o", str(out))
     assert len(ran) == 1 and ran[0][0] == pack_a
-    assert report["format"] == {"from": 1, "to": 2, "steps": ["format 1 -> 2"]}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v2.kbpack"]  # step's temp removed
-    assert read_header(out).manifest.format_version == 2
+    assert report["format"] == {"from": now, "to": nxt, "steps": [f"format {now} -> {nxt}"]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["next.kbpack"]  # step's temp removed
+    assert read_header(out).manifest.format_version == nxt
     assert verify_pack(out).intact
     code, d = run("diff", str(pack_a), str(out), "--json")[:2]
-    assert code == 1 and json.loads(d)["differences"] == ["format version 1 -> 2"]
+    assert code == 1 and json.loads(d)["differences"] == [f"format version {now} -> {nxt}"]
     assert json.loads(d)["documents"] == {"added": [], "removed": [], "changed": [], "unchanged": 3}
 
 
@@ -293,7 +294,13 @@ def test_every_golden_pack_migrates_to_current_and_verifies(golden: Path, tmp_pa
     assert verify_pack(out).intact
     assert read_header(out).manifest.format_version == F.FORMAT_VERSION
     assert sha256(golden) == before
-    assert run("diff", str(golden), str(out))[0] == 0
+    code, d = run("diff", str(golden), str(out), "--json")[:2]
+    version = read_header(golden).manifest.format_version
+    if version == F.FORMAT_VERSION:
+        assert code == 0
+    else:  # the format is the only difference: every document is unchanged
+        assert json.loads(d)["differences"] == [f"format version {version} -> {F.FORMAT_VERSION}"]
+        assert not any(json.loads(d)["documents"][k] for k in ("added", "removed", "changed"))
 
 
 # -- staleness (for inspect) -------------------------------------------------------------------

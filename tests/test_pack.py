@@ -82,7 +82,9 @@ def test_newer_format_is_refused_with_upgrade_hint(pack: Path) -> None:
     body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     write_header(pack, encode_header(body))
     with pytest.raises(
-        NewerFormatError, match=r"format 2 is newer than this kbpack reads \(1\)\. Upgrade kbpack\."
+        NewerFormatError,
+        match=rf"format {F.FORMAT_VERSION + 1} is newer than this kbpack reads "
+        rf"\({F.FORMAT_VERSION}\)\. Upgrade kbpack\.",
     ):
         PackReader(pack)
 

@@ -74,7 +74,7 @@ def test_sizes_parse() -> None:
 
 
 def test_members_are_complete_packs_under_the_size(whole: Path, tmp_path: Path) -> None:
-    limit = 300 * 1024
+    limit = 250 * 1024
     report = split_pack(whole, tmp_path / "set.kbpack", limit)
     paths = [Path(m["path"]) for m in report.members]
     assert len(paths) >= 2
@@ -98,7 +98,7 @@ def test_members_are_complete_packs_under_the_size(whole: Path, tmp_path: Path) 
 
 @pytest.mark.parametrize("query", ["rotate logs handler", "E-1017", "deploy region timeout"])
 def test_the_set_searches_as_the_whole_pack(whole: Path, tmp_path: Path, query: str) -> None:
-    report = split_pack(whole, tmp_path / "set.kbpack", 300 * 1024)
+    report = split_pack(whole, tmp_path / "set.kbpack", 250 * 1024)
     paths = [m["path"] for m in report.members]
     model = whole.parent / "wide.gguf"
     with kbpack.open_many(paths, model=model) as s, kbpack.open(whole, model=model) as w:
@@ -115,10 +115,10 @@ def test_the_set_searches_as_the_whole_pack(whole: Path, tmp_path: Path, query: 
 
 
 def test_verify_reports_a_missing_and_a_foreign_member(whole: Path, tmp_path: Path) -> None:
-    report = split_pack(whole, tmp_path / "set.kbpack", 300 * 1024)
+    report = split_pack(whole, tmp_path / "set.kbpack", 250 * 1024)
     first, second = (Path(m["path"]) for m in report.members[:2])
     (tmp_path / "other").mkdir()
-    other = split_pack(whole, tmp_path / "other" / "set.kbpack", 250 * 1024)
+    other = split_pack(whole, tmp_path / "other" / "set.kbpack", 220 * 1024)
     second.unlink()
     v = verify_pack(first)
     assert [f.code for f in v.findings] == ["set-member-missing"]
@@ -134,9 +134,9 @@ def test_a_short_estimate_writes_the_member_again(
     whole: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(split._Estimator, "document", lambda self, row: 1)  # far too small
-    report = split_pack(whole, tmp_path / "set.kbpack", 300 * 1024)
+    report = split_pack(whole, tmp_path / "set.kbpack", 250 * 1024)
     assert report.rewritten >= 1
-    assert all(Path(m["path"]).stat().st_size <= 300 * 1024 for m in report.members)
+    assert all(Path(m["path"]).stat().st_size <= 250 * 1024 for m in report.members)
     assert sum(m["documents"] for m in report.members) == 24
 
 

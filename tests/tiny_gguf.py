@@ -56,8 +56,13 @@ def write_bert_folder(
     heads: int = 2,
     positions: int = 64,
     window: int | None = 16,
+    pooling: str = "mean",
+    classifier: bool = False,
 ) -> Path:
-    """A random-weight BERT in sentence-transformers layout (mean pooling)."""
+    """A random-weight BERT in sentence-transformers layout (``pooling`` "mean" or "cls").
+
+    ``classifier``: a cross-encoder instead (BertForSequenceClassification, one label: pooler
+    + classifier weights, one token type as in the XLM-RoBERTa rerankers), no pooling files."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     ffn = hidden * 4
@@ -87,32 +92,44 @@ def write_bert_folder(
         tensors[p + "output.dense.bias"] = w(hidden)
         tensors[p + "output.LayerNorm.weight"] = np.ones(hidden, np.float32)
         tensors[p + "output.LayerNorm.bias"] = np.zeros(hidden, np.float32)
+    if classifier:  # transformers' names: the encoder under "bert.", the head beside it
+        tensors["embeddings.token_type_embeddings.weight"] = w(1, hidden)
+        tensors["pooler.dense.weight"] = w(hidden, hidden)
+        tensors["pooler.dense.bias"] = w(hidden)
+        tensors = {"bert." + k: v for k, v in tensors.items()}
+        tensors["classifier.weight"] = w(1, hidden)
+        tensors["classifier.bias"] = w(1)
     write_safetensors(folder / "model.safetensors", tensors)
     config = {
         "model_type": "bert",
-        "architectures": ["BertModel"],
+        "architectures": ["BertForSequenceClassification" if classifier else "BertModel"],
         "hidden_size": hidden,
         "intermediate_size": ffn,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "max_position_embeddings": positions,
-        "type_vocab_size": 2,
+        "type_vocab_size": 1 if classifier else 2,
         "layer_norm_eps": 1e-12,
         "vocab_size": len(VOCAB),
     }
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    if classifier:
+        config["id2label"] = {"0": "LABEL_0"}
+        (folder / "config.json").write_text(json.dumps(config))
+        return folder
     if window is not None:
         (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": window}))
     (folder / "1_Pooling").mkdir(exist_ok=True)
+    mode = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token"}[pooling]
     (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": hidden, "pooling_mode_mean_tokens": True})
+        json.dumps({"word_embedding_dimension": hidden, mode: True})
     )
     return folder
 
 
-def build_tiny_gguf(out: Path, *, name: str = "tiny-bert", **kwargs: int | None) -> Path:
+def build_tiny_gguf(out: Path, *, name: str = "tiny-bert", **kwargs: int | str | None) -> Path:
     """A tiny model's GGUF at ``out`` (its source folder beside it, named ``out.stem``-src)."""
     folder = write_bert_folder(out.with_name(out.stem + "-src"), **kwargs)  # type: ignore[arg-type]
     return convert_bert(folder, out, name=name)

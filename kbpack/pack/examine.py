@@ -118,7 +118,8 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
 
     def run(self, h: Any, quick: bool, out: dict[str, Any]) -> None:
         try:
-            structure = check_structure(h, self.counts, self.file_size)
+            version = int((self.manifest or {}).get("format_version", F.FORMAT_VERSION))
+            structure = check_structure(h, self.counts, self.file_size, version)
             hard = _hard_paths(h)
         except Exception as e:
             out["structure"] = [Finding("hdf5-unreadable", "/", describe(e)).as_dict()]

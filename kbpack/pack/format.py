@@ -8,8 +8,10 @@ table name the same elements.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every dataset chunked with Fletcher-32, integer columns deflated
+FIRST_CHECKSUMMED_FORMAT = 2  # from this version a dataset without Fletcher-32 is refused
 PIPELINE_VERSION = 1  # bump when chunking or embedded-text rules change what a build produces
 
 # --- the user block (kbpack's own header, before the HDF5 superblock) -------------------------
@@ -162,9 +164,10 @@ class Element:
     ndim: int = 1
     rows: str = ""  # which count the first dimension equals (a key of the manifest counts)
     optional: bool = False
+    since: int = 1  # first format version with this element: older packs lack it, legitimately
 
 
-def _ds(path: str, dtype: str, rows: str, description: str, ndim: int = 1, **kw: bool) -> Element:
+def _ds(path: str, dtype: str, rows: str, description: str, ndim: int = 1, **kw: Any) -> Element:
     return Element(path, "column", description, dtype, ndim, rows, **kw)
 
 

@@ -4,9 +4,10 @@ Three kinds of staleness, each fixed from what the pack itself holds (no sources
 
 * **format** -- a pack of an older format version goes through registered steps, one per
   version (``STEPS[n]`` rewrites a version-``n`` file as version ``n + 1``), into a temporary
-  file beside the output. Format 1 is the first and current version, so ``STEPS`` is empty
-  today; the next format adds its step with ``@format_step(1)`` and a golden pack in
-  ``fixtures/golden/``. A pack from a newer format is refused ("upgrade kbpack").
+  file beside the output. Each step lives in its own module (``format_1_to_2.py``), imported
+  at the end of this one so that it is registered whenever migration runs, and is tested on
+  the golden pack of its version in ``fixtures/golden/``. A pack from a newer format is
+  refused ("upgrade kbpack").
 * **pipeline** -- a pack built by an older chunking pipeline is chunked again from its stored
   canonical text and section tree.
 * **model** -- ``--model`` re-embeds every chunk from its stored embedded text
@@ -678,3 +679,6 @@ __all__ = [
     "staleness",
     "upgrade_format",
 ]
+
+# The registered format steps (imported for their @format_step registration).
+from kbpack.pack import format_1_to_2  # noqa: E402, F401

@@ -14,6 +14,7 @@ large pack for a query stays fast.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -25,14 +26,18 @@ import numpy as np
 
 from kbpack.errors import KbpackError, PackError, describe
 from kbpack.pack import format as F
-from kbpack.pack.digest import plain
+from kbpack.pack.digest import plain, strings_digest
 from kbpack.pack.manifest import Header, read_header
 from kbpack.pack.structure import check_structure
 
 
 @contextlib.contextmanager
-def hdf5_errors(where: str) -> Iterator[None]:
-    """Turn whatever HDF5/h5py raises on a damaged or hostile file into one PackError line."""
+def hdf5_errors(where: str, element: str | None = None) -> Iterator[None]:
+    """Turn whatever HDF5/h5py raises on a damaged or hostile file into one PackError line.
+
+    With ``element`` (a data read), the line names it: a Fletcher-32 mismatch or a deflate
+    error means those bytes were damaged after writing, never that the data is what it says.
+    """
     try:
         yield
     except KbpackError:
@@ -47,7 +52,46 @@ def hdf5_errors(where: str) -> Iterator[None]:
         AttributeError,
         SystemError,  # h5py's lock can surface a crafted file's error this way (CVE-2024-32618)
     ) as e:
+        if element is not None:
+            raise DamagedDataError(where, element, describe(e)) from e
         raise PackError(f"{where}: HDF5 data cannot be read ({describe(e)})") from e
+
+
+class DamagedDataError(PackError):
+    """Data of one element failed its checksum, its decompression or its digest."""
+
+    def __init__(self, where: str, element: str, why: str) -> None:
+        super().__init__(
+            f"{where}: {element} is damaged ({why}); run kbpack verify {where}, "
+            "then copy the pack again"
+        )
+        self.element = element
+
+
+class CheckedDataset:
+    """An h5py dataset whose every read turns a damaged chunk into ``DamagedDataError``.
+
+    Search slices postings and vectors lazily, long after the pack was opened; this keeps the
+    pack and the element in the message wherever the read happens.
+    """
+
+    def __init__(self, ds: Any, where: str, element: str) -> None:
+        self._ds = ds
+        self._where = where
+        self.element = element
+        self.shape: tuple[int, ...] = ds.shape
+        self.dtype: np.dtype = ds.dtype
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __getitem__(self, key: Any) -> Any:
+        with hdf5_errors(self._where, self.element):
+            return self._ds[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = np.asarray(self[()])
+        return arr if dtype is None else arr.astype(dtype)
 
 
 class PackReader:
@@ -76,7 +120,9 @@ class PackReader:
         self._cache: dict[str, Any] = {}
         if check_structure_:
             with hdf5_errors(self.where):
-                findings = check_structure(self.h5, self.manifest.counts, actual)
+                findings = check_structure(
+                    self.h5, self.manifest.counts, actual, self.manifest.format_version
+                )
             if findings:
                 self.close()
                 more = (
@@ -179,32 +225,51 @@ class PackReader:
     def column(self, path: str) -> np.ndarray:
         """A whole numeric dataset, read once and cached."""
         if path not in self._cache:
-            with hdf5_errors(self.where):
+            with hdf5_errors(self.where, path):
                 self._cache[path] = self.h5[path][()]
         arr: np.ndarray = self._cache[path]
         return arr
 
     def strings(self, path: str) -> list[str]:
-        """A whole string dataset (document-level columns: small), read once and cached."""
+        """A whole string dataset, read once, checked against the manifest's digest, cached.
+
+        String bytes sit in HDF5's global heap, where no checksum filter reaches: the digest is
+        what keeps a flipped bit in a title or a name from being shown as if it were written.
+        """
         if path not in self._cache:
-            with hdf5_errors(self.where):
-                raw = self.h5[path].asstr()[()]
-            self._cache[path] = [str(s) for s in raw]
+            with hdf5_errors(self.where, path):
+                raw = self.h5[path][()]
+            items = [x if isinstance(x, bytes) else str(x).encode("utf-8") for x in raw]
+            want = self.manifest.elements.get(path)
+            if want is not None and strings_digest(items) != want:
+                raise DamagedDataError(self.where, path, "differs from the manifest's digest")
+            self._cache[path] = [b.decode("utf-8") for b in items]
         out: list[str] = self._cache[path]
         return out
 
     def dataset(self, path: str) -> Any:
-        """The h5py dataset itself, for slicing without reading it all."""
+        """The dataset (a ``CheckedDataset``: sliced like h5py's, and a damaged read names the
+        element), for reading parts without reading it all."""
         with hdf5_errors(self.where):
-            return self.h5[path]
+            return CheckedDataset(self.h5[path], self.where, path)
 
     def text(self, doc: int) -> str:
-        """Canonical text of one document (one element read)."""
+        """Canonical text of one document (one element read), checked against its SHA-256.
+
+        The text's bytes live in HDF5's global heap, outside any filter's reach, so the stored
+        ``text_sha256`` is what catches a damaged text before it is quoted.
+        """
         key = f"text:{doc}"
         if key not in self._cache:
-            with hdf5_errors(self.where):
+            with hdf5_errors(self.where, F.DOC_TEXT):
                 raw = self.h5[F.DOC_TEXT][doc]
-            self._cache[key] = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
+            want = self.strings(F.DOC_TEXT_SHA256)[doc]
+            if hashlib.sha256(data).hexdigest() != want:
+                raise DamagedDataError(
+                    self.where, F.DOC_TEXT, f"row {doc} differs from its text_sha256"
+                )
+            self._cache[key] = data.decode("utf-8")
         out: str = self._cache[key]
         return out
 
@@ -215,7 +280,7 @@ class PackReader:
     def vectors(self) -> np.ndarray:
         """All vectors as float32 (searched in memory; float16 matmul is slow in numpy)."""
         if "vectors:f32" not in self._cache:
-            with hdf5_errors(self.where):
+            with hdf5_errors(self.where, F.VEC_DATA):
                 ds = self.h5[F.VEC_DATA]
                 out = np.empty(ds.shape, dtype=np.float32)
                 step = 65536
@@ -246,7 +311,7 @@ class PackReader:
 
     def write_gguf(self, out: Path) -> None:
         """Copy the embedded GGUF model out of the pack (llama.cpp needs a file path)."""
-        with hdf5_errors(self.where):
+        with hdf5_errors(self.where, F.MODEL_GGUF):
             ds = self.h5[F.MODEL_GGUF]
             tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
             with open(tmp, "wb") as f:

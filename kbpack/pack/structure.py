@@ -2,8 +2,9 @@
 
 Every object must be a hard-linked group or dataset that the spec names (``format.ELEMENTS``),
 with the spec's dtype and rank, contiguous or chunked storage only, no external storage, no
-virtual dataset, no reference types, only deflate/shuffle/fletcher32 filters, and a declared
-size that agrees with the manifest counts and fits the file. Only metadata is read here.
+virtual dataset, no reference types, only deflate/shuffle/fletcher32 filters (and from format 2
+Fletcher-32 on every numeric dataset, so that every read of its data is checked), and a declared size
+that agrees with the manifest counts and fits the file. Only metadata is read here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kbpack.errors import describe
 from kbpack.pack import format as F
 
 ALLOWED_FILTERS = {1, 2, 3}  # H5Z_FILTER_DEFLATE, SHUFFLE, FLETCHER32
+FLETCHER32 = 3
 _KIND_OF = {"str": "O", "i1": "i", "i4": "i", "i8": "i", "u1": "u", "f2": "f", "f8": "f"}
 
 
@@ -35,8 +37,11 @@ class Finding:
         return {"code": self.code, "path": self.path, "detail": self.detail}
 
 
-def check_structure(h: Any, counts: dict[str, int], file_size: int) -> list[Finding]:
-    """Findings for every object, link, dtype, filter or size the spec does not allow."""
+def check_structure(
+    h: Any, counts: dict[str, int], file_size: int, format_version: int = F.FORMAT_VERSION
+) -> list[Finding]:
+    """Findings for every object, link, dtype, filter or size the spec of ``format_version``
+    does not allow."""
     import h5py
 
     findings: list[Finding] = []
@@ -55,7 +60,7 @@ def check_structure(h: Any, counts: dict[str, int], file_size: int) -> list[Find
     h.visititems_links(visit)
     for path in sorted(seen):
         el = F.ELEMENT_BY_PATH.get(path)
-        if el is None:
+        if el is None or el.since > format_version:
             findings.append(Finding("unknown-object", path, "not an element of the kbpack spec"))
             continue
         try:
@@ -75,9 +80,9 @@ def check_structure(h: Any, counts: dict[str, int], file_size: int) -> list[Find
             continue
         findings.extend(_check_attrs(obj, path))
         if not is_group:
-            findings.extend(_check_dataset(obj, el, counts, file_size))
+            findings.extend(_check_dataset(obj, el, counts, file_size, format_version))
     for el in F.ELEMENTS:
-        if el.path not in seen and not el.optional:
+        if el.path not in seen and not el.optional and el.since <= format_version:
             findings.append(Finding("missing-element", el.path, "required by the spec"))
     findings.extend(_check_attrs(h, "/"))
     return findings
@@ -99,7 +104,9 @@ def _check_attrs(obj: Any, path: str) -> list[Finding]:
     return out
 
 
-def _check_dataset(ds: Any, el: F.Element, counts: dict[str, int], file_size: int) -> list[Finding]:
+def _check_dataset(
+    ds: Any, el: F.Element, counts: dict[str, int], file_size: int, format_version: int
+) -> list[Finding]:
     import h5py
 
     out: list[Finding] = []
@@ -125,10 +132,19 @@ def _check_dataset(ds: Any, el: F.Element, counts: dict[str, int], file_size: in
             *out,
             Finding("external-storage", path, "raw data stored in another file is refused"),
         ]
-    for i in range(dcpl.get_nfilters()):
-        code = dcpl.get_filter(i)[0]
+    codes = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    for code in codes:
         if code not in ALLOWED_FILTERS:
             out.append(Finding("filter-not-allowed", path, f"HDF5 filter {code}"))
+    checked = format_version >= F.FIRST_CHECKSUMMED_FORMAT and el.dtype != "str"
+    if checked and FLETCHER32 not in codes:
+        out.append(
+            Finding(
+                "checksum-missing",
+                path,
+                f"format {format_version} stores every numeric dataset with Fletcher-32",
+            )
+        )
     rows = counts.get(el.rows)
     if rows is not None and ds.shape[0] != rows:
         out.append(
@@ -137,7 +153,7 @@ def _check_dataset(ds: Any, el: F.Element, counts: dict[str, int], file_size: in
     # declared bytes must fit the file; a vlen string row costs at least its 8-byte heap
     # pointer there, so a 10**12-row string column is refused too
     declared = int(np.prod(ds.shape, dtype=np.float64)) * dt.itemsize
-    compressed = any(dcpl.get_filter(i)[0] == 1 for i in range(dcpl.get_nfilters()))
+    compressed = 1 in codes
     limit = file_size * (1024 if compressed else 1)
     if declared > limit:
         out.append(

@@ -73,6 +73,7 @@ CODES: dict[str, str] = {
     "virtual-dataset": "a virtual dataset (it maps other files)",
     "external-storage": "raw data stored in another file",
     "filter-not-allowed": "a filter other than deflate, shuffle, fletcher32",
+    "checksum-missing": "a numeric dataset of format 2 or later without the Fletcher-32 filter",
     "count-mismatch": "a row count differs from the manifest's counts",
     "size-out-of-range": "a dataset declares more bytes than the file can hold",
     "hdf5-unreadable": "HDF5 cannot open or walk the file",
@@ -83,7 +84,7 @@ CODES: dict[str, str] = {
     "digest-mismatch": "an element's data or attributes differ from the manifest's digest",
     "digest-missing": "the manifest has no digest for an element present in the pack",
     "digest-orphan": "the manifest has a digest for no element",
-    "element-unreadable": "an element's data cannot be read",
+    "element-unreadable": "an element's data cannot be read (format 2: a checksum failed)",
     "memory-limit": "an element needs more memory than the verify limit",
     # 5 invariants
     "manifest-mismatch": "manifest created/version differ from the root attributes",

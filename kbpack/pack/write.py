@@ -33,6 +33,7 @@ from kbpack.errors import KbpackError, PackError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
+from kbpack.pack.storage import create_dataset
 
 BLOCK_ROWS = 65536
 
@@ -74,6 +75,18 @@ class _Column:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, self.dtype)
 
 
+def created_now() -> str:
+    """The ``created`` stamp: now, or ``$SOURCE_DATE_EPOCH`` (reproducible builds: the golden
+    packs are rebuilt byte for byte by ``make golden``)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    when = (
+        dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+        if epoch.isdigit()
+        else dt.datetime.now(dt.UTC)
+    )
+    return when.replace(microsecond=0).isoformat()
+
+
 def temp_path_for(out: Path) -> Path:
     return out.with_name(f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
@@ -106,7 +119,7 @@ class PackWriter:
         self.gguf = gguf
         self.chunking = dict(chunking) if chunking else None
         self.manifest_extra = dict(manifest_extra) if manifest_extra else {}  # e.g. merged_from
-        self.created = created or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        self.created = created or created_now()
         self.tmp = temp_path_for(self.out)
         self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
         self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
@@ -355,13 +368,13 @@ class PackWriter:
 
             def put(path: str, data: np.ndarray) -> None:
                 el = F.ELEMENT_BY_PATH[path]
-                ds = h.create_dataset(path, data=data)
+                ds = create_dataset(h, path, data=data)
                 elements[path] = numeric_digest(data)
                 self._describe(ds, el, elements)
 
             def put_str(path: str, items: list[str]) -> None:
                 el = F.ELEMENT_BY_PATH[path]
-                ds = h.create_dataset(path, data=items, dtype=h5py.string_dtype("utf-8"))
+                ds = create_dataset(h, path, data=items)
                 elements[path] = strings_digest(items)
                 self._describe(ds, el, elements)
 
@@ -396,10 +409,8 @@ class PackWriter:
         elements[el.path + "@attrs"] = attrs_digest(attrs)
 
     def _write_text(self, h: Any, elements: dict[str, str]) -> None:
-        import h5py
-
         n = len(self._text_lens)
-        ds = h.create_dataset(F.DOC_TEXT, shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        ds = create_dataset(h, F.DOC_TEXT, shape=(n,))
         digest = StreamDigest()
         with open(self._text_spool, "rb") as f:
             for i, length in enumerate(self._text_lens):
@@ -412,7 +423,7 @@ class PackWriter:
     def _write_vectors(self, h: Any, elements: dict[str, str]) -> None:
         assert self.dims
         n = self._n_vectors
-        ds = h.create_dataset(F.VEC_DATA, shape=(n, self.dims), dtype="<f2")
+        ds = create_dataset(h, F.VEC_DATA, shape=(n, self.dims), dtype="<f2")
         digest = StreamDigest()
         row_bytes = self.dims * 2
         with open(self._vec_spool, "rb") as f:
@@ -429,7 +440,7 @@ class PackWriter:
     def _write_gguf(self, h: Any, elements: dict[str, str]) -> None:
         assert self.gguf
         size = self.gguf.stat().st_size
-        ds = h.create_dataset(F.MODEL_GGUF, shape=(size,), dtype="u1")
+        ds = create_dataset(h, F.MODEL_GGUF, shape=(size,), dtype="u1")
         digest = StreamDigest()
         block = 16 * 2**20
         with open(self.gguf, "rb") as f:
