@@ -185,5 +185,7 @@ def test_batch_queries_read_postings_once_and_score_the_same(packs: dict[str, Pa
                 ids_f, scores_f = fed.searcher._bm25(query, None)
                 ids_u, scores_u = one.searcher._bm25(query, None)
                 assert ids_f.tolist() == ids_u.tolist()
-                assert np.array_equal(scores_f, scores_u)
+                # the union pack bakes its scores from its second query (numpy's log1p, which
+                # may differ from math.log1p in the last bit)
+                np.testing.assert_allclose(scores_f, scores_u, rtol=1e-12)
         assert fed.searcher._in_memory and fed.searcher._parts
