@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 export CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: quickstart install demo test lint bench clean golden
+.PHONY: quickstart install demo test lint bench clean golden h5dump chromium
 
 quickstart: demo
 
@@ -42,7 +42,13 @@ h5dump:
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hdf5-tools >/dev/null 2>&1) || \
 	  echo "h5dump not available: the HDF5 1.10 compatibility test will be skipped"; }
 
-test: install h5dump
+# the serve browser test drives Debian's chromium (skipped, saying why, without it)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) || \
+	  echo "chromium not available: the serve browser test will be skipped"; }
+
+test: install h5dump chromium
 	$(BIN)/pytest -q
 
 lint: install

@@ -34,8 +34,10 @@ class Pack:
         path: str | os.PathLike[str],
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
+        threads: int | None = None,
     ) -> None:
         self.reader = PackReader(path)
+        self._threads = threads
         self.path = self.reader.path
         self._model_arg = Path(model) if model else None
         self._load_model = load_model
@@ -60,7 +62,7 @@ class Pack:
             embedder, notes = (
                 (None, [])
                 if not self._load_model
-                else resolve_embedder(self.reader, self._model_arg)
+                else resolve_embedder(self.reader, self._model_arg, threads=self._threads)
             )
             self._searcher = Searcher(self.reader, embedder, notes)
         return self._searcher
@@ -97,7 +99,9 @@ class Pack:
         return target
 
 
-def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:
+def resolve_embedder(
+    reader: PackReader, model: Path | None, threads: int | None = None
+) -> tuple[Any | None, list[str]]:
     """The embedder for dense search on this pack, or (None, [why not])."""
     stamp = reader.model
     if stamp is None:
@@ -114,7 +118,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
             return None, [
                 f"--model {model} is not the pack's model {label}: dense search skipped, lexical-only results"
             ]
-        return Embedder(model, prefixes=prefixes), []
+        return Embedder(model, prefixes=prefixes, threads=threads), []
     if reader.has_embedded_model:
         path = cache_dir() / "models" / f"{want}.gguf"
         if not path.exists() or sha256_file(path) != want:
@@ -125,7 +129,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
                 return None, [
                     f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
                 ]
-        return Embedder(path, prefixes=prefixes), []
+        return Embedder(path, prefixes=prefixes, threads=threads), []
     try:
         from kbpack.embed import default_model_path
 
@@ -133,7 +137,7 @@ def resolve_embedder(reader: PackReader, model: Path | None) -> tuple[Any | None
     except ModelError as e:
         return None, [f"the pack's model {label} is not available ({e}): lexical-only results"]
     if sha256_file(default) == want:
-        return Embedder(default, prefixes=prefixes), []
+        return Embedder(default, prefixes=prefixes, threads=threads), []
     return None, [
         f"the pack was built with {label}, which is not the default model: pass --model FILE.gguf; lexical-only results"
     ]

@@ -2,31 +2,45 @@
 
 Commands live in ``kbpack/commands/`` and are imported only when run, so ``kbpack --help`` and
 a cold ``kbpack query`` do not pay for modules they do not use. Library code raises typed
-errors (``kbpack.errors``); this module alone turns them into one-line messages and exit codes.
-
-Exit codes: 0 success; 1 failure or findings (verify), differences (diff); 2 usage error;
-3 query refused (no answer under the threshold); 130 interrupted.
+errors (``kbpack.errors``); this module alone turns them, and the OS errors of ordinary I/O
+faults, into one-line messages and the exit codes of ``EXIT``.
 """
 
 from __future__ import annotations
 
+import difflib
+import errno
 import functools
 import importlib
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 import click
 
 from kbpack import __version__
+from kbpack.errors import Exit
 
-# name -> (module, attribute, one-line help). The help is here so --help imports nothing.
+# The exit codes, once. README's table is checked against this (tests/test_cli_contract.py).
+EXIT: dict[Exit, str] = {
+    Exit.OK: "success (a query with results, an intact pack, identical packs)",
+    Exit.FAILURE: "failure: verify findings, diff differences, a build with no document (unless "
+    "`--allow-empty`), a failed or skipped document with `--strict`, a damaged pack, a failed "
+    "`--batch` line, a full disk",
+    Exit.USAGE: "usage error: unknown option or bad value, missing or unreadable input, not a "
+    "pack, output path refused, a filter that matches nothing, `--mode dense` without the model",
+    Exit.REFUSED: "query refused: nothing passes the refusal threshold",
+    Exit.INTERRUPTED: "interrupted: Ctrl-C or SIGTERM (the output path is left as it was)",
+}
+
+# name -> (module, attribute, one-line help), in the order a user meets them (--help lists them
+# so). The help is here so --help imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "build": ("kbpack.commands.build", "build", "Build a pack from folders and files."),
-    "update": ("kbpack.commands.update", "update", "Rebuild a pack, reusing unchanged documents."),
     "query": ("kbpack.commands.query", "query", "Search a pack; answers carry citations."),
-    "merge": ("kbpack.commands.merge", "merge", "Merge several packs into one (no re-embedding)."),
     "inspect": (
         "kbpack.commands.inspect",
         "inspect",
@@ -44,12 +58,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "keygen": ("kbpack.commands.verify", "keygen", "Make an Ed25519 key pair for signing packs."),
     "sign": ("kbpack.commands.verify", "sign", "Sign a pack's manifest (HDF5 bytes untouched)."),
+    "update": ("kbpack.commands.update", "update", "Rebuild a pack, reusing unchanged documents."),
     "diff": ("kbpack.commands.diff", "diff", "Show what changed between two packs."),
     "migrate": (
         "kbpack.commands.diff",
         "migrate",
         "Upgrade a pack's format or re-embed it with a new model.",
     ),
+    "merge": ("kbpack.commands.merge", "merge", "Merge several packs into one (no re-embedding)."),
     "model": ("kbpack.commands.model", "model", "Embedding model: info, import, embed."),
     "eval": (
         "kbpack.commands.evaluate",
@@ -78,6 +94,16 @@ class LazyGroup(click.Group):
         _exit_with_return_value(command)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         from kbpack.errors import KbpackError
 
@@ -85,6 +111,14 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except KbpackError as e:
             raise CommandError(str(e), e.exit_code) from e
+        except click.UsageError as e:  # click's three-line usage error, as one line
+            where = e.ctx.command_path if e.ctx else "kbpack"
+            raise CommandError(f"{e.format_message()} (see {where} --help)", Exit.USAGE) from e
+        except OSError as e:  # an ordinary I/O fault (read-only folder, disk full): one line
+            message, code = os_error_line(e)
+            raise CommandError(message, code) from e
+        except KeyboardInterrupt as e:
+            raise Interrupted() from e
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
@@ -97,11 +131,59 @@ class CommandError(click.ClickException):
     """A library error as the CLI shows it: one line on stderr, the error's exit code."""
 
     def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
+        super().__init__(" ".join(message.split("\n")))  # one line, always
         self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
 
     def show(self, file: Any = None) -> None:
         click.echo(f"kbpack: error: {self.message}", err=True)
+
+
+class Interrupted(click.ClickException):
+    exit_code = Exit.INTERRUPTED
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+    def show(self, file: Any = None) -> None:
+        click.echo("kbpack: interrupted", err=True)
+
+
+# errno -> (what happened, the fix, exit code). Path problems are usage errors (the user can fix
+# the command line); a full disk or an I/O error is a failure of the run.
+_OS_FIXES: dict[int, tuple[str, str, Exit]] = {
+    errno.ENOENT: ("no such file or folder", "check the path", Exit.USAGE),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "fix the path", Exit.USAGE),
+    errno.EISDIR: ("is a folder", "give a file", Exit.USAGE),
+    errno.EACCES: (
+        "permission denied",
+        "choose a path you may use, or fix its permissions",
+        Exit.USAGE,
+    ),
+    errno.EPERM: ("operation not permitted", "choose a path you may use", Exit.USAGE),
+    errno.EROFS: ("read-only file system", "write to a folder on a writable disk", Exit.USAGE),
+    errno.ENAMETOOLONG: ("file name too long", "choose a shorter name", Exit.USAGE),
+    errno.ENOSPC: (
+        "no space left on the device",
+        "free space or write to another disk",
+        Exit.FAILURE,
+    ),
+    errno.EDQUOT: ("disk quota exceeded", "free space or write to another disk", Exit.FAILURE),
+    errno.EFBIG: (
+        "file too large for this file system",
+        "write to another file system (FAT32 stops at 4 GiB)",
+        Exit.FAILURE,
+    ),
+    errno.EIO: ("input/output error", "check the disk (dmesg), then run again", Exit.FAILURE),
+}
+
+
+def os_error_line(e: OSError) -> tuple[str, int]:
+    """One line naming the file, what the OS said and the fix; and the exit code."""
+    where = e.filename if e.filename is not None else "kbpack"
+    what, fix, code = _OS_FIXES.get(
+        e.errno or 0, (e.strerror or str(e), "check the path and the disk", Exit.FAILURE)
+    )
+    return f"{where}: {what}; {fix}", code
 
 
 def _exit_with_return_value(command: click.Command) -> None:
@@ -131,28 +213,65 @@ def cli() -> None:
     """kbpack: carry a body of documents to a machine with no network, verify it, search it."""
 
 
+# Set by the signal handler: a KeyboardInterrupt raised inside a finalizer or a ctypes callback
+# is printed and swallowed by Python, so the exit code is decided by this flag, not by the
+# exception reaching main().
+_interrupted = False
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    global _interrupted
+    _interrupted = False
+    old = _install_signal_handlers()
+    try:
+        code = _run(argv)
+        if _interrupted and code != Exit.INTERRUPTED:
+            click.echo("kbpack: interrupted", err=True)
+            code = Exit.INTERRUPTED
+    finally:
+        _restore_signal_handlers(old)  # main() is also called in-process by tests
+    sys.exit(int(code))
+
+
+def _install_signal_handlers() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # only the main thread may set handlers
+    # SIGTERM gets Ctrl-C's cleanup (temp files removed, output untouched) and its exit code.
+    return {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(old: dict[int, Any]) -> None:
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+
+
+def _run(argv: list[str] | None) -> int:
     from kbpack.errors import KbpackError
 
     try:
         rv = cli.main(args=argv, prog_name="kbpack", standalone_mode=False)
-        sys.exit(rv if isinstance(rv, int) else 0)
-    except click.exceptions.Abort:
+        return rv if isinstance(rv, int) else Exit.OK
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("kbpack: interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("kbpack: interrupted", err=True)
-        sys.exit(130)
+        return Exit.INTERRUPTED
     except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        return e.exit_code
     except click.ClickException as e:
         e.show()
-        sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
+        return Exit.USAGE if isinstance(e, click.UsageError) else e.exit_code
     except KbpackError as e:  # raised outside a command (should not happen; kept as a net)
         click.echo(f"kbpack: error: {e}", err=True)
-        sys.exit(e.exit_code)
+        return e.exit_code
     except BrokenPipeError:
-        sys.exit(0)
+        # the reader went away (| head): not an error; keep Python from complaining at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
     except Exception as e:  # a bug, not a user error: one line, the traceback on request
         if os.environ.get("KBPACK_DEBUG"):
             raise
@@ -161,4 +280,4 @@ def main(argv: list[str] | None = None) -> None:
             f"kbpack: internal error: {type(e).__name__}: {first} (KBPACK_DEBUG=1 shows the traceback)",
             err=True,
         )
-        sys.exit(1)
+        return Exit.FAILURE

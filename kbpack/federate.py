@@ -182,6 +182,7 @@ class PackSet:
         paths: Sequence[str | os.PathLike[str]],
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
+        threads: int | None = None,
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
@@ -195,6 +196,7 @@ class PackSet:
         self.paths = [r.path for r in self.readers]
         self._model_arg = Path(model) if model else None
         self._load_model = load_model
+        self._threads = threads
         self._searcher: SetSearcher | None = None
         self.mixed_models = _model_mismatch(self.readers)
 
@@ -221,7 +223,9 @@ class PackSet:
             elif self._load_model:
                 from kbpack.api import resolve_embedder
 
-                embedder, notes = resolve_embedder(self.readers[0], self._model_arg)
+                embedder, notes = resolve_embedder(
+                    self.readers[0], self._model_arg, threads=self._threads
+                )
             notes.extend(_incomplete_sets(self.readers))
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:

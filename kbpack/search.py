@@ -81,7 +81,7 @@ class SearchResponse:
         return {
             "query": self.query,
             "mode": self.mode,
-            "answer": [r.as_dict() for r in self.results] if self.answered else None,
+            "answered": self.answered,
             "results": [r.as_dict() for r in self.results],
             "threshold": self.threshold,
             "lexical_only": self.lexical_only,
@@ -236,6 +236,11 @@ class Searcher:
             }
             mask &= np.isin(r.column(F.CHUNK_SECTION), list(ok))
         return mask
+
+    def count_matching(self, doc: str | None, kind: str | None, section: str | None) -> int:
+        """How many chunks the filters keep (the CLI refuses filters that keep none)."""
+        mask = self._mask(doc, kind, section)
+        return self.r.counts.get("chunks", 0) if mask is None else int(mask.sum())
 
     # -- the query ---------------------------------------------------------------------------
     def search(

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from kbpack.cli import cli
+from kbpack.pack.format import MAGIC  # an old pack's first bytes: -o replaces only packs
 
 DOCS = {
     "logs.md": """# Rotating logs
@@ -100,7 +101,7 @@ def test_build_summary_counts_what_was_written(pack: Path) -> None:
     ],
 )
 def test_identifiers_are_found_as_typed(pack: Path, query: str) -> None:
-    code, stdout, _ = run("query", str(pack), query, "--json", "-k", "1")
+    code, stdout, _ = run("query", str(pack), "--json", "-k", "1", "--", query)
     assert code == 0, stdout
     top = json.loads(stdout)["results"][0]
     assert query.split()[-1] in top["content"] or query in top["content"]
@@ -136,7 +137,7 @@ def test_refusal_exit_3(pack: Path, model: Path) -> None:
         'NO ANSWER: nothing under cosine distance 0 for "completely unrelated words"'
     )
     code, stdout, _ = run(*q, "--max-distance", "0", "--json")
-    assert code == 3 and json.loads(stdout)["answer"] is None
+    assert code == 3 and json.loads(stdout)["answered"] is False
 
 
 def test_exact_identifier_passes_the_gate_in_hybrid(pack: Path, model: Path) -> None:
@@ -274,7 +275,7 @@ def test_interrupt_leaves_old_pack_and_no_partial_file(
             f"# Doc {i}\n\n" + ("Lorem ipsum dolor sit amet. " * 40 + "\n\n") * 5
         )
     out = tmp_path / "p.kbpack"
-    out.write_bytes(b"old pack")
+    out.write_bytes(MAGIC + b" old pack")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [
@@ -298,7 +299,7 @@ def test_interrupt_leaves_old_pack_and_no_partial_file(
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert out.read_bytes() == b"old pack"
+    assert out.read_bytes() == MAGIC + b" old pack"
     assert not list(tmp_path.glob(".p.kbpack.tmp-*"))
 
 
@@ -313,7 +314,7 @@ def test_sigkill_never_leaves_a_partial_pack_at_the_output_path(
             f"# Doc {i}\n\n" + ("Lorem ipsum dolor sit amet. " * 40 + "\n\n") * 5
         )
     out = tmp_path / "p.kbpack"
-    out.write_bytes(b"old pack")
+    out.write_bytes(MAGIC + b" old pack")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kbpack", "build", str(big), "-o", str(out), "--model", str(model)],
         stdout=subprocess.DEVNULL,
@@ -325,7 +326,7 @@ def test_sigkill_never_leaves_a_partial_pack_at_the_output_path(
     proc.kill()
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    assert out.read_bytes() == b"old pack"
+    assert out.read_bytes() == MAGIC + b" old pack"
 
 
 def test_chunking_settings_are_recorded_and_reused_by_update(corpus: Path, tmp_path: Path) -> None:
@@ -389,5 +390,7 @@ def test_hybrid_order_is_the_convex_fusion_of_the_packs_scores(pack: Path, model
         assert r.distance == pytest.approx(1 - float(sims[r.chunk]), abs=1e-6)
     code, stdout, _ = run("query", str(pack), query, "--model", str(model), "--json")
     assert code == 0 and json.loads(stdout)["fusion"] == RULE
-    code, stdout, _ = run("query", str(pack), query, "--mode", "dense", "--json")
+    code, stdout, _ = run(
+        "query", str(pack), query, "--mode", "dense", "--model", str(model), "--json"
+    )
     assert code == 0 and json.loads(stdout)["fusion"] is None

@@ -165,5 +165,7 @@ def test_a_document_that_now_fails_is_changed(tmp_path: Path) -> None:
 def test_diff_of_a_missing_pack_is_one_line(tmp_path: Path, base: tuple[Path, Path]) -> None:
     _, pack = base
     code, out, err = run("diff", str(pack), str(tmp_path / "nope.kbpack"))
-    assert code == 1 and out == ""
-    assert err.strip().splitlines() == [f"kbpack: error: {tmp_path / 'nope.kbpack'}: no such file"]
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        f"kbpack: error: {tmp_path / 'nope.kbpack'}: no such file; check the path"
+    ]

@@ -118,7 +118,7 @@ def test_eval_bm25_known_ranks_and_destroyed(lexical_pack: Path, files: dict[str
 
 
 def test_eval_human_output(lexical_pack: Path, files: dict[str, Path]) -> None:
-    code, stdout = run("eval", str(lexical_pack), str(files["q"]), "--k", "1,4")
+    code, stdout = run("eval", str(lexical_pack), str(files["q"]), "-k", "1,4")
     assert code == 0
     lines = stdout.splitlines()
     assert lines[1] == "destroyed answers: 1 of 4 needles (q4-ticket)"
@@ -178,7 +178,7 @@ def test_eval_bad_question_file_names_file_and_line(
 
 
 def test_eval_bad_k_is_a_usage_error(lexical_pack: Path, files: dict[str, Path]) -> None:
-    r = CliRunner().invoke(cli, ["eval", str(lexical_pack), str(files["q"]), "--k", "0,x"])
+    r = CliRunner().invoke(cli, ["eval", str(lexical_pack), str(files["q"]), "-k", "0,x"])
     assert r.exit_code == 2
     assert "give positive integers separated by commas" in r.output
 

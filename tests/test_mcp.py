@@ -77,4 +77,4 @@ def test_tool_errors_are_results_not_crashes(pack: Path) -> None:
     assert missing.is_error and "no document named '../../etc/passwd'" in missing.content[0].text
     assert outside.is_error and "outside the text" in outside.content[0].text
     assert not refused.is_error
-    assert refused.structured_content["answer"] is None
+    assert refused.structured_content["answered"] is False

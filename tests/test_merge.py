@@ -112,7 +112,7 @@ def test_cli_merge_json_and_errors(packs: dict[str, Path], tmp_path: Path) -> No
     assert r.exit_code == 2
     assert "given twice" in r.stderr
     r = CliRunner().invoke(cli, ["merge", str(packs["a"]), str(out), "-o", str(out)])
-    assert r.exit_code == 2 and "is one of the packs being merged" in r.stderr
+    assert r.exit_code == 2 and "is also an input; write to another path" in r.stderr
     r = CliRunner().invoke(
         cli, ["merge", str(packs["a"]), str(packs["b"]), "-o", str(tmp_path / "t.kbpack")]
     )

@@ -201,7 +201,7 @@ def test_an_interrupted_migrate_leaves_nothing(
 def test_migrate_refuses_to_overwrite_its_source(pack_a: Path, tmp_path: Path) -> None:
     copy = shutil.copy(pack_a, tmp_path / "a.kbpack")
     code, _, err = run("migrate", str(copy), "-o", str(copy))
-    assert code == 2 and "is the source pack" in err
+    assert code == 2 and "is also an input" in err
     code, _, err = run("migrate", str(copy))
     assert code == 2 and "give -o OUT" in err
 

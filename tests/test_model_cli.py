@@ -26,6 +26,8 @@ def test_info_json_is_the_identity(capfd: pytest.CaptureFixture[str], tiny_model
     assert (code, err) == (0, "")
     record = json.loads(out)
     assert record == {
+        "schema": 1,
+        "command": "model info",
         "path": str(tiny_model),
         "size": tiny_model.stat().st_size,
         **identify_gguf(tiny_model).as_dict(),
@@ -69,7 +71,9 @@ def test_import_converts_and_refuses_to_overwrite(
     np.testing.assert_allclose(*same_weights, atol=1e-6)
     code, out, err = run(capfd, "model", "import", str(src), "-o", str(out_file))
     assert code == 2
-    assert err == f"kbpack: error: {out_file}: already exists; choose another -o or pass --force\n"
+    assert err == (
+        f"kbpack: error: {out_file}: already exists; choose another -o, or pass --force to replace it\n"
+    )
     code, _, _ = run(capfd, "model", "import", str(src), "-o", str(out_file), "--force")
     assert code == 0
 

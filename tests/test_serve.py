@@ -143,7 +143,9 @@ def test_api_search_matches_query_json(server: Server, packs: dict[str, Path], m
             "query", str(packs["manuals"]), q, "--mode", mode, "--model", str(model), "--json"
         )
         assert code in (0, 3)
-        assert got == json.loads(out), mode
+        cli_json = json.loads(out)
+        assert (cli_json.pop("schema"), cli_json.pop("command")) == (1, "query")  # the envelope
+        assert got == cli_json, mode
 
 
 def test_api_search_needs_a_pack_name_when_several_are_served(server: Server) -> None:
@@ -276,7 +278,7 @@ def test_refused_query_says_no_answer_and_offers_the_nearest(server: Server) -> 
     shown = server.client.get(anyway.group(1).replace("&amp;", "&")).text
     assert 'class="result"' in shown and "Nearest passages" in shown
     api = server.client.get("/api/search", params=q).json()
-    assert api["answer"] is None and api["results"] == []
+    assert api["answered"] is False and api["results"] == []
 
 
 def test_every_response_carries_a_strict_csp(server: Server) -> None:
@@ -421,3 +423,76 @@ def test_a_port_in_use_is_a_usage_error(server: Server, packs: dict[str, Path]) 
     )
     assert code.returncode == 2
     assert "choose another --port" in code.stderr
+
+
+# -- a real browser --------------------------------------------------------------------------
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def test_in_headless_chromium(server: Server, packs: dict[str, Path], tmp_path: Path) -> None:
+    """Type a query with the keyboard, read the results, open the reader at the passage."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (make install adds it)"
+    )
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium when root)")
+    chunk = next(
+        c for c in export(packs["manuals"], "chunks") if c["content"] == "centrifugal pump"
+    )
+    problems: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 700})
+            page.on("dialog", lambda d: problems.append(f"dialog: {d.message}"))
+            page.on("console", lambda m: problems.append(f"console: {m.text}"))
+            page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+            page.goto(server.base + "/")
+            assert page.evaluate("document.activeElement.id") == "q"  # focus starts in the box
+            page.keyboard.type("centrifugal pump")
+            page.select_option("select[name=mode]", "bm25")
+            page.select_option("select[name=pack]", "manuals")
+            page.focus("#q")
+            with page.expect_navigation():
+                page.keyboard.press("Enter")
+            results = page.locator("li.result")
+            assert results.count() >= 1
+            first = results.nth(0)
+            assert first.locator("mark").first.inner_text() in ("centrifugal", "pump")
+            assert "&lt;" not in first.inner_text()  # escaped once, shown as text
+            # Tab from the box reaches the first citation link
+            page.focus("#q")
+            for _ in range(12):
+                page.keyboard.press("Tab")
+                if page.evaluate("document.activeElement.className") == "cite":
+                    break
+            assert page.evaluate("document.activeElement.className") == "cite"
+            page.screenshot(path=str(tmp_path / "results.png"))
+            link = page.locator(f'a.cite[href*="from={chunk["from"]}&to={chunk["to"]}"]').first
+            with page.expect_navigation():
+                link.click()
+            hit = page.locator("mark#hit")
+            assert hit.inner_text() == chunk["content"]
+            assert hit.is_visible() and hit_in_viewport(page)
+            assert page.locator("nav.crumbs").inner_text().endswith("Priming")
+            # the hostile document's script is text on the page, and never ran
+            assert "<script>alert(1)</script>" in page.locator("article.text").inner_text()
+            # a small screen: nothing wider than the viewport
+            page.set_viewport_size({"width": 360, "height": 640})
+            page.goto(server.base + "/?q=pump&mode=bm25&pack=manuals")
+            assert page.evaluate("document.scrollingElement.scrollWidth") <= 360
+        finally:
+            browser.close()
+    assert problems == []
+
+
+def hit_in_viewport(page: Any) -> bool:
+    box = page.locator("mark#hit").bounding_box()
+    height = page.viewport_size["height"]
+    return box is not None and 0 <= box["y"] < height

@@ -161,8 +161,10 @@ def test_update_of_a_bm25_only_pack(tmp_path: Path) -> None:
 def test_update_of_a_missing_pack_fails_in_one_line(tmp_path: Path, model: Path) -> None:
     src = write_corpus(tmp_path / "src", {"a.md": "# A\n\ntext\n"})
     code, out, err = run("update", str(tmp_path / "nope.kbpack"), str(src), "--model", str(model))
-    assert code == 1 and out == ""
-    assert err.strip().splitlines() == [f"kbpack: error: {tmp_path / 'nope.kbpack'}: no such file"]
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        f"kbpack: error: {tmp_path / 'nope.kbpack'}: no such file; check the path"
+    ]
 
 
 def test_without_model_update_keeps_the_packs_model_or_refuses(

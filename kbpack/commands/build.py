@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,14 @@ import click
 
 from kbpack.commands.common import (
     emit_json,
+    force_option,
     human_size,
     json_option,
     quiet_option,
     show_progress,
     table,
+    threads_option,
 )
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def build_options(f: Any) -> Any:
@@ -97,9 +94,7 @@ def build_options(f: Any) -> Any:
             show_default=True,
             help="PDFs with more pages are recorded as failed.",
         ),
-        click.option(
-            "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
-        ),
+        threads_option,
         click.option(
             "--strict",
             is_flag=True,
@@ -110,6 +105,7 @@ def build_options(f: Any) -> Any:
             is_flag=True,
             help="Write the pack even when no document could be read (else exit 1).",
         ),
+        force_option,
         json_option,
         quiet_option,
     ]
@@ -166,6 +162,7 @@ def run_build_command(
     from kbpack.build import BuildOptions
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
+    from kbpack.outpath import check_output
     from kbpack.progress import Progress
     from kbpack.shards import parse_shard
 
@@ -175,6 +172,8 @@ def run_build_command(
     workers, scheduler = kw.pop("workers", None), kw.pop("scheduler", None)
     if workers is not None and scheduler is not None:
         raise click.UsageError("give either --workers or --scheduler, not both")
+    # before any work: a long build must not end by refusing (or destroying) its output path
+    out = check_output(out, inputs=sources, force=kw.pop("force"))
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -201,49 +200,44 @@ def run_build_command(
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
         raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        if split_size is not None:
-            from kbpack.split import build_set, parse_size
+    # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
+    if split_size is not None:
+        from kbpack.split import build_set, parse_size
 
-            builder = None
-            if workers is not None or scheduler is not None:
-                from kbpack.cluster import cluster_build
-
-                def builder(o: Any, p: Any) -> Any:
-                    return cluster_build(o, workers, scheduler, p)
-
-            report, members = build_set(
-                opts, parse_size(split_size), Progress(show_progress(quiet, as_json)), builder
-            )
-            # the whole pack was a step on the way: the summary names the set
-            report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
-            report.size = sum(m["bytes"] for m in members.members)
-            if as_json:
-                emit_json({**report.as_dict(), "set": members.as_dict()})
-            elif not quiet:
-                click.echo(render_report(report))
-                for m in members.members:
-                    click.echo(
-                        f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)"
-                    )
-                for n in members.notes:
-                    click.echo(f"  note     {n}")
-            return 1 if (strict and (report.failed or report.skipped)) else 0
-        if reuse is not None:
-            from kbpack.update import update_pack
-
-            report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
-        elif workers is not None or scheduler is not None:
+        builder = None
+        if workers is not None or scheduler is not None:
             from kbpack.cluster import cluster_build
 
-            report = cluster_build(
-                opts, workers, scheduler, Progress(show_progress(quiet, as_json))
-            )
-        else:
-            report = run_build(opts, Progress(show_progress(quiet, as_json)))
-    finally:
-        signal.signal(signal.SIGTERM, old)
+            def builder(o: Any, p: Any) -> Any:
+                return cluster_build(o, workers, scheduler, p)
+
+        report, members = build_set(
+            opts, parse_size(split_size), Progress(show_progress(quiet, as_json)), builder
+        )
+        # the whole pack was a step on the way: the summary names the set
+        report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
+        report.size = sum(m["bytes"] for m in members.members)
+        if as_json:
+            emit_json({**report.as_dict(), "set": members.as_dict()})
+        elif not quiet:
+            click.echo(render_report(report))
+            for m in members.members:
+                click.echo(
+                    f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)"
+                )
+            for n in members.notes:
+                click.echo(f"  note     {n}")
+        return 1 if (strict and (report.failed or report.skipped)) else 0
+    if reuse is not None:
+        from kbpack.update import update_pack
+
+        report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+    elif workers is not None or scheduler is not None:
+        from kbpack.cluster import cluster_build
+
+        report = cluster_build(opts, workers, scheduler, Progress(show_progress(quiet, as_json)))
+    else:
+        report = run_build(opts, Progress(show_progress(quiet, as_json)))
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Choice(click.Choice):  # type: ignore[type-arg]
+    """click.Choice that answers a typo with the closest choice: "did you mean 'bm25'?"."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.fail(
+                f"{value!r} is not one of {', '.join(map(str, self.choices))}{hint}", param, ctx
+            )
 
 
 def json_option(f: F) -> F:
@@ -22,8 +37,45 @@ def quiet_option(f: F) -> F:
     return click.option("--quiet", "-q", is_flag=True, help="No progress and no summary.")(f)
 
 
-def emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
+def force_option(f: F) -> F:
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="Replace an existing file that is not a pack, or a symlink's target (never an input).",
+    )(f)
+
+
+def threads_option(f: F) -> F:
+    return click.option(
+        "--threads",
+        type=click.IntRange(min=1),
+        help="Embedding threads (default: all cores; 1 on a busy machine).",
+    )(f)
+
+
+# The version of the JSON shapes in spec/JSON.md. Bump it when a documented key changes meaning
+# or goes away; adding a key does not bump it.
+SCHEMA = 1
+
+
+def command_name() -> str:
+    """``query``, ``model info``: the command being run, without the program name."""
+    ctx = click.get_current_context(silent=True)
+    return " ".join(ctx.command_path.split()[1:]) if ctx else ""
+
+
+def envelope(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Every JSON document kbpack prints starts with ``schema`` and ``command`` (spec/JSON.md)."""
+    return {"schema": SCHEMA, "command": command_name(), **body}
+
+
+def emit_json(obj: Mapping[str, Any]) -> None:
+    click.echo(json.dumps(envelope(obj), ensure_ascii=False, indent=2, default=str))
+
+
+def emit_json_line(obj: Mapping[str, Any]) -> None:
+    """One compact JSON document per line (--batch, export --json): the same envelope."""
+    click.echo(json.dumps(envelope(obj), ensure_ascii=False, default=str))
 
 
 def table(rows: Sequence[tuple[str, Any]], indent: int = 0) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +9,16 @@ import click
 
 from kbpack.commands.common import (
     emit_json,
+    force_option,
     human_size,
     json_option,
     quiet_option,
     show_progress,
     table,
+    threads_option,
 )
 
 PREVIEW = 72  # characters of a chunk shown per line
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 @click.command()
@@ -139,9 +136,8 @@ def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
     help="New document prefix ('' for none). A change re-embeds every chunk.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would change and how much work it is.")
-@click.option(
-    "--threads", type=click.IntRange(min=1), help="Embedding threads (default: all cores)."
-)
+@force_option
+@threads_option
 @json_option
 @quiet_option
 def migrate(
@@ -151,6 +147,7 @@ def migrate(
     query_prefix: str | None,
     doc_prefix: str | None,
     dry_run: bool,
+    force: bool,
     threads: int | None,
     as_json: bool,
     quiet: bool,
@@ -161,25 +158,24 @@ def migrate(
     a new file, written atomically and verified; PACK is never modified. A pack from a newer
     kbpack is refused. Exit 0 on success, 1 on failure, 2 on usage errors.
     """
+    from kbpack.outpath import check_output
     from kbpack.pack.migrate import migrate_pack
     from kbpack.progress import Progress
 
     if out is None and not dry_run:
         raise click.UsageError("give -o OUT (migrate always writes a new file), or --dry-run")
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)  # so temp files are removed
-    try:
-        report = migrate_pack(
-            pack,
-            out,
-            model=model,
-            query_prefix=query_prefix,
-            doc_prefix=doc_prefix,
-            dry_run=dry_run,
-            threads=threads,
-            progress=Progress(show_progress(quiet, as_json)),
-        )
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    if out is not None and not dry_run:
+        out = check_output(out, inputs=[pack], force=force)
+    report = migrate_pack(  # SIGTERM is Ctrl-C (kbpack.cli.main): temp files are removed
+        pack,
+        out,
+        model=model,
+        query_prefix=query_prefix,
+        doc_prefix=doc_prefix,
+        dry_run=dry_run,
+        threads=threads,
+        progress=Progress(show_progress(quiet, as_json)),
+    )
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:

@@ -13,8 +13,15 @@ from typing import Any
 import click
 
 from kbpack import evaluate as E
-from kbpack.commands.common import emit_json, json_option
+from kbpack.commands.common import (
+    Choice,
+    emit_json,
+    force_option,
+    json_option,
+    threads_option,
+)
 from kbpack.errors import UsageError
+from kbpack.outpath import check_output
 
 MODES = ("hybrid", "dense", "bm25")
 # How deep calibrate looks into each ranking: the gate may pass results from far down the fused
@@ -92,10 +99,10 @@ def _metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, Any]:
     "--mode",
     "modes",
     multiple=True,
-    type=click.Choice(MODES),
+    type=Choice(MODES),
     help="Retrieval mode (repeatable); default: all three (bm25 only without vectors).",
 )
-@click.option("--k", "ks", default="1,4,8,20", show_default=True, help="Cut-offs for recall@k.")
+@click.option("-k", "ks", default="1,4,8,20", show_default=True, help="Cut-offs for recall@k.")
 @click.option(
     "--against",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -103,6 +110,7 @@ def _metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, Any]:
 )
 @click.option("--ranks", "show_ranks", is_flag=True, help="Also show each question's rank.")
 @model_option
+@threads_option
 @json_option
 def eval_cmd(
     pack: Path,
@@ -112,6 +120,7 @@ def eval_cmd(
     against: Path | None,
     show_ranks: bool,
     model: Path | None,
+    threads: int | None,
     as_json: bool,
 ) -> int:
     """Measure retrieval on PACK with QUESTIONS (JSON lines: query, needle, optional id, phrasing).
@@ -127,7 +136,7 @@ def eval_cmd(
     qs = E.load_questions(questions)
     depth = max(cutoffs)
     report: dict[str, Any] = {"pack": str(pack), "questions": str(questions), "k": cutoffs}
-    with kbpack.open(str(pack), model=model) as p:
+    with kbpack.open(str(pack), model=model, threads=threads) as p:
         run_modes = _check_modes(p, modes or MODES, asked=bool(modes))
         _ensure_dense(p, run_modes)
         gone = E.destroyed([q.needle for q in qs], (c for _, c in p.iter_chunk_contents()))
@@ -142,7 +151,7 @@ def eval_cmd(
         ranks = {m: _ranks(p, qs, m, depth) for m in run_modes}
     other: dict[str, list[int | None]] = {}
     if against is not None:
-        with kbpack.open(str(against), model=model) as p2:
+        with kbpack.open(str(against), model=model, threads=threads) as p2:
             _ensure_dense(p2, _check_modes(p2, run_modes, asked=True))
             other = {m: _ranks(p2, qs, m, depth) for m in run_modes}
 
@@ -304,7 +313,7 @@ def _sha256(path: Path) -> str:
 )
 @click.option(
     "--mode",
-    type=click.Choice(["hybrid", "dense"]),
+    type=Choice(["hybrid", "dense"]),
     default="hybrid",
     show_default=True,
     help="The mode whose refusal gate is calibrated.",
@@ -331,7 +340,9 @@ def _sha256(path: Path) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="With --write: write a calibrated copy here instead of replacing PACK.",
 )
+@force_option
 @model_option
+@threads_option
 @json_option
 def calibrate(
     pack: Path,
@@ -342,7 +353,9 @@ def calibrate(
     max_false_refusal: float,
     write: bool,
     output: Path | None,
+    force: bool,
     model: Path | None,
+    threads: int | None,
     as_json: bool,
 ) -> int:
     """Sweep the refusal threshold (cosine distance) on PACK and recommend one.
@@ -357,9 +370,11 @@ def calibrate(
 
     if output is not None and not write:
         raise click.UsageError("--output only makes sense with --write")
+    if output is not None:
+        output = check_output(output, inputs=[pack, questions, ood], force=force)
     qs = E.load_questions(questions)
     oods = E.load_queries(ood)
-    with kbpack.open(str(pack), model=model) as p:
+    with kbpack.open(str(pack), model=model, threads=threads) as p:
         if p.reader.model is None:
             raise UsageError(
                 f"{pack}: this pack has no vectors (built with --no-vectors); there is no distance to calibrate"

@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from kbpack.commands.common import emit_json, human_size, json_option, table
+from kbpack.commands.common import (
+    Choice,
+    emit_json,
+    force_option,
+    human_size,
+    json_option,
+    table,
+)
 from kbpack.pack import format as F
 
 
@@ -127,23 +134,38 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
 @click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--what",
-    type=click.Choice(["chunks", "sections", "documents"]),
+    type=Choice(["chunks", "sections", "documents"]),
     default="chunks",
     show_default=True,
+    help="What to dump, one JSON object per line.",
 )
 @click.option(
-    "--jsonl",
-    is_flag=True,
-    default=True,
-    help="One JSON object per line (the only format; accepted for clarity).",
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default="-",
+    show_default=True,
+    help="Write the lines to this file (- for stdout), complete or not at all.",
 )
-def export(pack: Path, what: str, jsonl: bool) -> int:
-    """Dump chunks, sections or documents of PACK as JSON lines on stdout."""
+@force_option
+@json_option
+def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> int:
+    """Dump chunks, sections or documents of PACK as JSON lines.
+
+    With --json: one JSON document (schema, command, pack, what, records) instead of lines.
+    """
+    from kbpack.outpath import STDOUT, check_output, write_atomically
     from kbpack.pack.read import PackReader
 
+    if output != STDOUT:
+        output = check_output(output, inputs=[pack], force=force, pack=False)
     with PackReader(pack) as r:
-        for rec in iter_records(r, what):
-            click.echo(json.dumps(rec, ensure_ascii=False))
+        if as_json:
+            emit_json({"pack": str(pack), "what": what, "records": list(iter_records(r, what))})
+            return 0
+        with write_atomically(output) as f:
+            for rec in iter_records(r, what):
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return 0
 
 

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
-from typing import Any
 
 import click
 
 from kbpack.commands.common import (
     emit_json,
+    force_option,
     human_size,
     json_option,
     quiet_option,
     show_progress,
     table,
 )
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 @click.command()
@@ -40,10 +35,11 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     help="A document name in two packs: keep the copy of the first or the last pack "
     "(default: an error).",
 )
+@force_option
 @json_option
 @quiet_option
 def merge(
-    packs: tuple[Path, ...], out: Path, prefer: str | None, as_json: bool, quiet: bool
+    packs: tuple[Path, ...], out: Path, prefer: str | None, force: bool, as_json: bool, quiet: bool
 ) -> int:
     """Merge PACKS into one pack: no re-extraction, no re-embedding.
 
@@ -55,18 +51,17 @@ def merge(
     130 when interrupted (the output path is left as it was).
     """
     from kbpack.merge import merge_packs
+    from kbpack.outpath import check_output
     from kbpack.progress import Progress
 
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        report = merge_packs(
-            list(packs),
-            out,
-            prefer=prefer,  # type: ignore[arg-type]
-            progress=Progress(show_progress(quiet, as_json)),
-        )
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    # before any work; SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file
+    out = check_output(out, inputs=packs, force=force)
+    report = merge_packs(
+        list(packs),
+        out,
+        prefer=prefer,  # type: ignore[arg-type]
+        progress=Progress(show_progress(quiet, as_json)),
+    )
     if as_json:
         emit_json(report.as_dict())
         return 0

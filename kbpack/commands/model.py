@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kbpack.commands.common import emit_json, emit_json_line
 from kbpack.errors import UsageError
 
 
@@ -61,9 +61,9 @@ def import_(
 ) -> None:
     """Convert a BERT safetensors FOLDER (config.json, vocab.txt, model.safetensors) to GGUF."""
     from kbpack.model import convert_bert, identify_gguf
+    from kbpack.outpath import check_output
 
-    if output.exists() and not force:
-        raise UsageError(f"{output}: already exists; choose another -o or pass --force")
+    output = check_output(output, inputs=[folder], force=force, pack=False)
     convert_bert(folder, output, name=name, window=window)
     record: dict[str, Any] = {"path": str(output), "size": output.stat().st_size}
     record.update(identify_gguf(output).as_dict())
@@ -112,7 +112,7 @@ def embed(
                 for text, n, vector in zip(items, counts, vectors, strict=True)
             ],
         }
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        emit_json_line(doc)  # compact: vectors one per item, not one number per line
         return
     ident = embedder.identity
     click.echo(f"model {ident.name} sha256:{ident.sha256[:16]} dims {ident.dims}")
@@ -129,7 +129,7 @@ def _preview(text: str, width: int = 40) -> str:
 
 def _emit(record: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(record, ensure_ascii=False))
+        emit_json(record)
         return
     width = max(len(k) for k in record)
     for key, value in record.items():

@@ -9,9 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from kbpack.commands.common import emit_json, json_option
-from kbpack.errors import UsageError
+from kbpack.commands.common import (
+    Choice,
+    emit_json,
+    emit_json_line,
+    json_option,
+    quiet_option,
+    threads_option,
+)
+from kbpack.errors import Exit, KbpackError, UsageError
+from kbpack.extract.common import KIND_BY_SUFFIX
+from kbpack.search import MODES
+
+KINDS = sorted(set(KIND_BY_SUFFIX.values()))
 
 PROMPT_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Cite the sources you use as [n]. "
@@ -19,18 +31,40 @@ PROMPT_INSTRUCTIONS = (
 )
 
 
-# Queries may start with "-" ("-X importtime"): unknown options are taken as query text.
-@click.command(context_settings={"ignore_unknown_options": True})
+class QueryCommand(click.Command):
+    """Unknown options are usage errors (a typo must never become query text); an unknown
+    option that resembles no option is probably a query starting with "-": say how to pass it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            if e.possibilities:
+                raise
+            raise click.UsageError(
+                f"no such option {e.option_name!r}; a query that starts with "
+                f'"-" goes after --: kbpack query PACK -- "{e.option_name} ..."',
+                ctx,
+            ) from e
+
+
+@click.command(cls=QueryCommand)
 @click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("text", nargs=-1, type=click.UNPROCESSED)
+@click.argument("text", nargs=-1)
 @click.option(
     "-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Results to return."
 )
 @click.option(
-    "--mode", type=click.Choice(["hybrid", "dense", "bm25"]), default="hybrid", show_default=True
+    "--mode",
+    type=Choice(MODES),
+    default="hybrid",
+    show_default=True,
+    help="hybrid: dense + BM25 fused; dense: vectors only (needs the pack's model); bm25: words only.",
 )
 @click.option(
-    "--max-distance", type=float, help="Refusal threshold (cosine distance); default: the pack's."
+    "--max-distance",
+    type=click.FloatRange(0, 2),
+    help="Refusal threshold (cosine distance); default: the pack's.",
 )
 @click.option(
     "--model",
@@ -38,13 +72,11 @@ PROMPT_INSTRUCTIONS = (
     help="Query-side GGUF model (must be the pack's model).",
 )
 @click.option("--doc", "doc_glob", metavar="GLOB", help="Only documents whose name matches GLOB.")
-@click.option(
-    "--type", "kind", metavar="TYPE", help="Only documents of this type: md, txt, html, pdf, docx."
-)
+@click.option("--type", "kind", type=Choice(KINDS), help="Only documents of this type.")
 @click.option("--section", metavar="TEXT", help="Only sections whose path contains TEXT.")
 @click.option(
     "--context",
-    type=click.Choice(["chunk", "section"]),
+    type=Choice(["chunk", "section"]),
     default="chunk",
     show_default=True,
     help="Quote the chunk or its whole section.",
@@ -52,7 +84,7 @@ PROMPT_INSTRUCTIONS = (
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["text", "prompt"]),
+    type=Choice(["text", "prompt"]),
     default="text",
     show_default=True,
     help="prompt: a prompt for a local LLM, sources packed under --budget-tokens.",
@@ -62,19 +94,24 @@ PROMPT_INSTRUCTIONS = (
     type=click.IntRange(min=16),
     default=3000,
     show_default=True,
-    help="Token budget for the sources in --format prompt.",
+    help="Token budget for the sources (with --format prompt only).",
 )
 @click.option(
     "--batch",
-    type=click.File("r"),
+    type=click.File("rb"),
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
 )
+@click.option("--full", is_flag=True, help="Print whole quotes (default: cut at 600 characters).")
+@threads_option
 @json_option
+@quiet_option
 def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     """Search PACK for TEXT. Exit 0 with results, 3 when nothing passes the threshold.
 
-    Several packs (``kbpack query A.kbpack B.kbpack TEXT``) are searched as one: leading
-    arguments that name existing ``*.kbpack`` files are packs, the rest is the query."""
+    Several packs (kbpack query A.kbpack B.kbpack TEXT) are searched as one: leading
+    arguments that name existing *.kbpack files are packs, the rest is the query. A query that
+    starts with "-" goes after --: kbpack query PACK -- "-X importtime".
+    """
     import kbpack
 
     batch = kw.pop("batch")
@@ -83,17 +120,29 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     while more and more[0].endswith(".kbpack") and Path(more[0]).is_file():
         packs.append(Path(more.pop(0)))
     text = tuple(more)
-    if batch is None and not text:
+    ctx = click.get_current_context()
+    if (
+        ctx.get_parameter_source("budget_tokens") == ParameterSource.COMMANDLINE
+        and kw["fmt"] != "prompt"
+    ):
+        raise click.UsageError(
+            "--budget-tokens applies to --format prompt only; add --format prompt"
+        )
+    if batch is None and not " ".join(text).strip():
         raise click.UsageError('give a query: kbpack query PACK "your question" (or --batch FILE)')
     if batch is not None and text:
         raise click.UsageError("give either a query or --batch, not both")
-    model, load_model = kw.pop("model"), kw["mode"] != "bm25"
-    opened = (
-        kbpack.open(pack, model=model, load_model=load_model)
-        if len(packs) == 1
-        else kbpack.open_many(packs, model=model, load_model=load_model)
-    )
+    if batch is not None and kw["fmt"] == "prompt":
+        raise click.UsageError("--format prompt takes one query, not --batch")
+    how = {
+        "model": kw.pop("model"),
+        "load_model": kw["mode"] != "bm25",
+        "threads": kw.pop("threads"),
+    }
+    opened = kbpack.open(pack, **how) if len(packs) == 1 else kbpack.open_many(packs, **how)
     with opened as p:
+        _check_mode(p, kw["mode"])
+        _check_filters(p, kw)
         if batch is not None:
             return _batch(p, batch, kw)
         resp = _search(p, " ".join(text), kw)
@@ -102,8 +151,32 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
         if kw["as_json"]:
             emit_json(resp.as_dict())
         else:
-            click.echo(render(resp))
-        return 0 if resp.answered else 3
+            click.echo(render(resp, full=kw["full"] or kw["context"] == "section"))
+        return Exit.OK if resp.answered else Exit.REFUSED
+
+
+def _check_mode(p: Any, mode: str) -> None:
+    """--mode dense without the pack's model is an error, not a silent switch to BM25."""
+    if mode == "dense" and p.embedder is None:
+        why = "; ".join(n.removesuffix(": lexical-only results") for n in p.searcher.notes)
+        why = why or "the pack's model is not available"
+        raise UsageError(f"{_label(p)}: --mode dense cannot run: {why}")
+
+
+def _check_filters(p: Any, kw: dict[str, Any]) -> None:
+    """A filter that matches no chunk is a usage error (it would look like a refusal)."""
+    filters = {"--doc": kw["doc_glob"], "--type": kw["kind"], "--section": kw["section"]}
+    given = [f"{k} {v!r}" for k, v in filters.items() if v]
+    if given and p.searcher.count_matching(kw["doc_glob"], kw["kind"], kw["section"]) == 0:
+        raise UsageError(
+            f"{_label(p)}: no chunk matches {' '.join(given)}; kbpack export PACK --what documents "
+            "lists the names"
+        )
+
+
+def _label(p: Any) -> str:
+    """The pack, or the packs of a federated query, as an error names them."""
+    return ", ".join(str(x) for x in getattr(p, "paths", None) or [p.path])
 
 
 def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
@@ -120,52 +193,131 @@ def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
 
 
 def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:
-    """One JSON line per query; the model is loaded once. Exit 0 even when some are refused."""
-    name = getattr(stream, "name", "<stdin>")
-    for n, line in enumerate(stream, 1):
-        line = line.strip()
-        if not line:
-            continue
-        qid: Any = n
-        q = line
-        if line.startswith("{"):
+    """One JSON line per query, the model loaded once. A line that cannot be read or answered
+    gets a JSON line with its id and an ``error``, and the run goes on: no answer is ever lost
+    to another line's fault. Exit 1 if any line failed (refusals are answers, not failures)."""
+    failed = 0
+    for n, raw in enumerate(stream, 1):
+        qid, q, error = parse_batch_line(raw, n)
+        if q is None and error is None:
+            continue  # a blank line
+        if error is None:
             try:
-                obj = json.loads(line)
-                q, qid = obj["query"], obj.get("id", n)
-            except (ValueError, KeyError, TypeError) as e:
-                raise UsageError(
-                    f"{name} line {n}: not a JSON object with a 'query' string ({e})"
-                ) from e
-        resp = _search(p, str(q), kw)
-        out = {"id": qid, **resp.as_dict()}
-        click.echo(json.dumps(out, ensure_ascii=False))
+                out = {"id": qid, **_search(p, q, kw).as_dict()}
+            except KbpackError as e:
+                error = str(e)
+        if error is not None:
+            failed += 1
+            out = {"id": qid, "line": n, "error": error}
+        emit_json_line(out)
         sys.stdout.flush()
-    return 0
+    return Exit.FAILURE if failed else Exit.OK
 
 
-def render(resp: Any) -> str:
+def parse_batch_line(raw: bytes, n: int) -> tuple[Any, str | None, str | None]:
+    """(id, query, error) of one --batch line; (n, None, None) for a blank line."""
+    try:
+        line = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        return n, None, f"line {n}: not UTF-8 (byte {e.start}); save the file as UTF-8"
+    if not line:
+        return n, None, None
+    qid: Any = n
+    q: Any = line
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            return (
+                n,
+                None,
+                f'line {n}: not valid JSON ({e}); give text or {{"id": ..., "query": ...}}',
+            )
+        if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
+            return n, None, f'line {n}: a JSON line needs a "query" string'
+        q, qid = obj["query"], obj.get("id", n)
+        if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+            return n, None, f'line {n}: "id" must be a string or an integer'
+    if any("\ud800" <= ch <= "\udfff" for ch in q):
+        return (
+            qid,
+            None,
+            f"line {n}: the query holds a lone surrogate escape; fix the line's encoding",
+        )
+    if not q.strip():
+        return qid, None, f"line {n}: empty query"
+    return qid, q, None
+
+
+QUOTE_CHARS = 600  # a quote longer than this is cut (with " …") unless --full
+
+
+def render(resp: Any, full: bool = False) -> str:
+    """Results as a person reads them. The lexical-only fallback is said first, not last; names
+    and text are printed with control characters escaped (a name cannot split a line or send
+    escape sequences to the terminal)."""
+    head = [f"note: {safe(n)}" for n in resp.notes if resp.lexical_only]
+    tail = [f"note: {safe(n)}" for n in resp.notes if not resp.lexical_only]
     if not resp.answered:
         if resp.threshold is not None:
-            line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{resp.query}"'
+            line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{safe(resp.query)}"'
         else:
-            line = f'NO ANSWER: no chunk matches any term of "{resp.query}"'
-        return "\n".join([line, *(f"note: {n}" for n in resp.notes)])
-    out = []
+            line = f'NO ANSWER: no chunk matches any term of "{safe(resp.query)}"'
+        return "\n".join([*head, line, *tail])
+    out = list(head)
     for r in resp.results:
         dist = "-" if r.distance is None else f"{r.distance:.3f}"
         bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
-        where = f"{r.pack}: " if r.pack else ""
-        out.append(f"[{r.rank}] {where}{r.locator}")
-        meta = f"    {r.section or r.title}  ·  distance {dist}  ·  bm25 rank {bm}"
-        out.append(meta)
-        quote = " ".join(r.content.split())
-        out.append(
-            textwrap.indent(
-                textwrap.fill(textwrap.shorten(quote, 600, placeholder=" …"), 96), "    "
-            )
-        )
-    out.extend(f"note: {n}" for n in resp.notes)
+        where = f"{safe(r.pack)}: " if r.pack else ""
+        out.append(f"[{r.rank}] {where}{safe(r.locator)}")
+        out.append(f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}")
+        out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
+    out.extend(tail)
     return "\n".join(out)
+
+
+def quote(content: str, limit: int | None, width: int = 96) -> str:
+    """The chunk's text for a terminal: prose paragraphs re-wrapped, code and tables (a block
+    with a line that starts with whitespace, a fence or a pipe) kept line by line; cut after
+    ``limit`` characters with " …" unless ``limit`` is None."""
+    blocks: list[str] = []
+    used = 0
+    for para in safe_text(content).split("\n\n"):
+        lines = [x.rstrip() for x in para.strip("\n").split("\n")]
+        if not any(lines):
+            continue
+        literal = any(x.startswith((" ", "\t", "```", "~~~", "|")) for x in lines)
+        block = "\n".join(lines) if literal else textwrap.fill(" ".join(para.split()), width)
+        if limit is not None and used + len(block) > limit:
+            room = limit - used
+            if room >= 40:
+                blocks.append(
+                    textwrap.fill(
+                        textwrap.shorten(" ".join(block.split()), room, placeholder=" …"), width
+                    )
+                )
+            else:
+                blocks.append("…")
+            break
+        blocks.append(block)
+        used += len(block)
+    return "\n".join(blocks)
+
+
+# C0 and C1 control characters as visible escapes: an ESC in a document's name must not reach
+# the terminal raw, a CR must not overwrite the line.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+_CONTROL_KEEP_LINES = {c: e for c, e in _CONTROL.items() if chr(c) not in "\n\t"}
+
+
+def safe(field: str) -> str:
+    """A one-line field (name, section, locator, query): every control character escaped."""
+    return field.translate(_CONTROL)
+
+
+def safe_text(text: str) -> str:
+    """Text shown as text: control characters escaped, newlines and tabs kept."""
+    return text.translate(_CONTROL_KEEP_LINES)
 
 
 def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
@@ -209,8 +361,8 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
                 "prompt": prompt,
                 "tokens": used,
                 "budget_tokens": kw["budget_tokens"],
+                "answered": bool(sources),
                 "citations": citations,
-                "answer": bool(sources) or None,
             }
         )
     else:
@@ -218,4 +370,4 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
         click.echo("\n--- citations (kept outside the prompt) ---", err=True)
         for c in citations:
             click.echo(f"[{c['n']}] {c['locator']}", err=True)
-    return 0 if sources else 3
+    return Exit.OK if sources else Exit.REFUSED

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import click
 
-from kbpack.commands.common import json_option, quiet_option, stderr_is_tty
+from kbpack.commands.common import emit_json_line, json_option, quiet_option, stderr_is_tty
 from kbpack.errors import UsageError
 
 SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
@@ -48,7 +47,13 @@ def _common(f: Any) -> Any:
 @click.command()
 @_packs_argument
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free port; --json says which).",
+)
 @click.option(
     "--token",
     help="Access token, required for a non-loopback --host (one is generated when omitted).",
@@ -108,19 +113,17 @@ def serve(
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{bound}/" + (f"?token={token}" if token else "")
         if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "url": url,
-                        "host": host,
-                        "port": bound,
-                        "token": token,
-                        "packs": [
-                            {"name": p.name, "path": str(p.path), "verify": p.verify}
-                            for p in library.packs.values()
-                        ],
-                    }
-                )
+            emit_json_line(  # one line: a script reads it, then talks to the server
+                {
+                    "url": url,
+                    "host": host,
+                    "port": bound,
+                    "token": token,
+                    "packs": [
+                        {"name": p.name, "path": str(p.path), "verify": p.verify}
+                        for p in library.packs.values()
+                    ],
+                }
             )
             sys.stdout.flush()
         else:

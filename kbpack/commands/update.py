@@ -31,4 +31,7 @@ def update(pack: Path, sources: tuple[Path, ...], out: Path | None, **kw: Any) -
     pack carries); --model with another model re-embeds every chunk. Give the chunking options
     (--max-chars, --overlap) of the original build. Exit codes as for build.
     """
+    from kbpack.pack.manifest import read_header
+
+    read_header(pack)  # not a pack, or no such file: say so before checking the output path
     return run_build_command(sources, out or pack, reuse=pack, **kw)

@@ -65,7 +65,7 @@ def verify(
 @click.command()
 @click.option(
     "-o",
-    "--out",
+    "--output",
     "stem",
     required=True,
     type=click.Path(path_type=Path),
@@ -74,7 +74,11 @@ def verify(
 @json_option
 def keygen(stem: Path, as_json: bool) -> int:
     """Make an Ed25519 key pair for signing packs."""
+    from kbpack.outpath import check_output
     from kbpack.pack.sign import keygen as make_keys
+
+    for suffix in (".key", ".pub"):  # a key is never replaced: a lost secret key cannot be undone
+        check_output(stem.with_name(stem.name + suffix), pack=False)
 
     secret, public, kid = make_keys(stem)
     if as_json:

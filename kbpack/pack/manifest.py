@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbpack.errors import NewerFormatError, PackError
+from kbpack.errors import InputError, NewerFormatError, NotAPackError, PackError
 from kbpack.pack import format as F
 
 READ_BLOCK = 4 * 2**20
@@ -71,10 +71,16 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def not_a_pack(where: str) -> str:
+    return (
+        f"{where}: not a kbpack pack (no kbpack magic at byte 0); give a file made by kbpack build"
+    )
+
+
 def parse_header(block: bytes, where: str) -> Header:
     """Parse a user block. Raises PackError naming ``where`` (the file) and the problem."""
     if len(block) < 16 or block[:8] != F.MAGIC:
-        raise PackError(f"{where}: not a kbpack pack (no kbpack magic at byte 0)")
+        raise NotAPackError(not_a_pack(where))
     (m_len,) = struct.unpack_from(F.LEN_FORMAT, block, 8)
     if m_len <= 0 or 16 + m_len + 8 > len(block) or m_len > F.MAX_MANIFEST_BYTES:
         raise PackError(f"{where}: manifest length {m_len} is out of range: the header is damaged")
@@ -161,11 +167,15 @@ def read_header(path: Path) -> Header:
     try:
         with open(path, "rb") as f:
             block = f.read(F.USERBLOCK_SIZE)
-    except OSError as e:
-        raise PackError(f"{path}: cannot read: {e.strerror or e}") from e
+    except FileNotFoundError as e:
+        raise NotAPackError(f"{path}: no such file; check the path") from e
+    except OSError as e:  # unreadable input: a usage error, like a missing one
+        raise InputError(
+            f"{path}: cannot read: {e.strerror or e}; check the path and its permissions"
+        ) from e
     if len(block) < F.USERBLOCK_SIZE:
         if block[:8] != F.MAGIC:
-            raise PackError(f"{path}: not a kbpack pack (no kbpack magic at byte 0)")
+            raise NotAPackError(not_a_pack(str(path)))
         raise PackError(f"{path}: truncated: {len(block)} bytes, shorter than the kbpack header")
     return parse_header(block, str(path))
 

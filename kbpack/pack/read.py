@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.errors import KbpackError, PackError, describe
+from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
 from kbpack.pack.digest import plain, strings_digest
 from kbpack.pack.manifest import Header, read_header
@@ -101,9 +101,11 @@ class PackReader:
         self.path = Path(path)
         self.where = str(self.path)
         if not self.path.exists():
-            raise PackError(f"{self.path}: no such file")
-        if self.path.is_dir():
-            raise PackError(f"{self.path}: is a directory, not a pack")
+            raise NotAPackError(f"{self.path}: no such file; check the path")
+        if not self.path.is_file():  # a folder, a FIFO (would block), a device
+            raise NotAPackError(
+                f"{self.path}: not a regular file, so not a pack; give a .kbpack file"
+            )
         self.header: Header = read_header(self.path)
         self.manifest = self.header.manifest
         actual = self.path.stat().st_size

@@ -36,7 +36,7 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
             "description": (
                 "Search the knowledge packs. Returns passages with citations: doc, section, "
                 "locator (doc#char=from,to, PDFs #page=N&char=...), distance, content. "
-                "'answer' is null when nothing is close enough: then say the packs do not say."
+                "'answered' is false when nothing is close enough: then say the packs do not say."
             ),
             "schema": {
                 "type": "object",
@@ -144,7 +144,7 @@ def build_server(library: Library) -> Any:
         version=__version__,
         instructions=(
             "Offline knowledge packs. Call search first; cite results by their locator; "
-            "call read for more context around a result. If search returns answer null, the "
+            "call read for more context around a result. If search returns answered false, the "
             "packs do not answer the question."
         ),
         get_tool_input_schema=lambda name: schemas[name]["schema"] if name in schemas else None,

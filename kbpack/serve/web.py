@@ -36,7 +36,12 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_CSS = resources.files("kbpack.serve").joinpath("static/kbpack.css").read_bytes()
+_STATIC = resources.files("kbpack.serve").joinpath("static")
+# (bytes, media type) read once; served from memory by exact name: nothing else is reachable
+STATIC = {
+    "kbpack.css": (_STATIC.joinpath("kbpack.css").read_bytes(), "text/css"),
+    "favicon.svg": (_STATIC.joinpath("favicon.svg").read_bytes(), "image/svg+xml"),
+}
 
 
 def create_app(library: Library, *, token: str | None = None, loopback: bool = True) -> Any:
@@ -120,8 +125,11 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             page_href=lambda n: doc_href(doc.pack, doc.name) + "&" + urlencode({"page": n}),
         )
 
-    def css(_: Request) -> Response:
-        return Response(_CSS, media_type="text/css", headers={"cache-control": "max-age=3600"})
+    def static(request: Request) -> Response:
+        found = STATIC.get(request.path_params["name"])
+        if found is None:
+            return not_found(request, None)
+        return Response(found[0], media_type=found[1], headers={"cache-control": "max-age=3600"})
 
     # -- the JSON API --------------------------------------------------------------------------
     def api_search(request: Request) -> Response:
@@ -162,14 +170,14 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
     def api_packs(_: Request) -> Response:
         return JSONResponse({"packs": [pack_json(p) for p in library.packs.values()]})
 
-    def not_found(request: Request, exc: Exception) -> Response:
+    def not_found(request: Request, exc: Exception | None) -> Response:
         return PlainTextResponse("not found\n", status_code=404)
 
     app = Starlette(
         routes=[
             Route("/", search_page),
             Route("/doc/{name:path}", reader_page),
-            Route("/static/kbpack.css", css),
+            Route("/static/{name}", static),
             Route("/api/search", api_search),
             Route("/api/doc/{name:path}", api_doc),
             Route("/api/inspect", api_inspect),
