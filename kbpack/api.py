@@ -35,10 +35,12 @@ class Pack:
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
         threads: int | None = None,
+        rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         self.reader = PackReader(path)
         self._threads = threads
         self.path = self.reader.path
+        self._rerank_arg = Path(rerank) if rerank else None
         self._model_arg = Path(model) if model else None
         self._load_model = load_model
         self._searcher: Searcher | None = None
@@ -65,6 +67,7 @@ class Pack:
                 else resolve_embedder(self.reader, self._model_arg, threads=self._threads)
             )
             self._searcher = Searcher(self.reader, embedder, notes)
+            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
     @property
@@ -97,6 +100,15 @@ class Pack:
         self.path = target
         self._searcher = None
         return target
+
+
+def load_reranker(path: Path | None, threads: int | None = None) -> Any | None:
+    """The cross-encoder for ``rerank=``, loaded (ModelError if it is not one), or None."""
+    if path is None:
+        return None
+    from kbpack.rerank import Reranker
+
+    return Reranker(path, threads=threads)
 
 
 def resolve_embedder(

@@ -8,7 +8,6 @@ writer committed, never from what was attempted.
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from kbpack.extract import Limits, discover, extract_all
 from kbpack.extract.discover import Discovery
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
-from kbpack.progress import Progress
+from kbpack.progress import Progress, peak_rss_mb
 from kbpack.shards import in_shard
 
 EMBED_BATCH = 64  # chunks per embedding call: large enough to batch, small enough to stream
@@ -66,6 +65,7 @@ class BuildReport:
     truncated: int
     model: dict[str, Any] | None
     peak_rss_mb: float
+    peak_rss_workers_mb: float  # the largest worker process (extraction), apart from kbpack's
     reused_documents: int = 0
     vectors_embedded: int = 0  # chunks that went through the model (the rest were reused)
     filtered: int = 0  # files left out by --include/--exclude (not documents)
@@ -108,6 +108,8 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
         found.records = [d for d in found.records if in_shard(d.name, opts.shard)]
     documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
     total = len(found.candidates) + len(found.records)
+    if progress is not None:  # the ETA's denominator
+        progress.source_bytes_total = sum(_size(c.path) for c in found.candidates)
     report = build_from(documents, total, opts, progress, found=found)
     return report
 
@@ -210,6 +212,9 @@ def build_from(
             texts = [s for _, _, embedded, _ in pending for s in embedded]
             fresh: np.ndarray | None = None
             if embedder and texts:
+                progress.embedding(
+                    len(texts), sum(c.tokens for _, cs, e, _ in pending if e for c in cs)
+                )
                 fresh, n = _embed(embedder, texts, known_vectors)
                 n_embedded += n
             t = timer.add("embed", t)
@@ -234,7 +239,7 @@ def build_from(
         for doc in documents:
             t = timer.add("extract", t)
             n_docs += 1
-            progress.update("documents", n_docs, total)
+            progress.building(n_docs, total, doc.source_size or 0, writer.n_chunks)
             if doc.status == "skipped":
                 skipped.append({"name": doc.name, "reason": doc.reason})
             if doc.status == "failed":
@@ -265,7 +270,7 @@ def build_from(
             pending.append((doc, chunks, embedded, given))
             if sum(len(e) for _, _, e, _ in pending) >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
                 flush()
-                progress.update("chunks", writer.n_chunks, unit="chunks written")
+                progress.building(n_docs, total, 0, writer.n_chunks)
         flush()
         progress.done()
         if n_docs == len(failed) + len(skipped) and not opts.allow_empty:
@@ -288,7 +293,8 @@ def build_from(
         header_tokens=header_tokens,
         truncated=embedder.truncated if embedder else 0,
         model=identity,
-        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        peak_rss_mb=peak_rss_mb()[0],
+        peak_rss_workers_mb=peak_rss_mb()[1],
         reused_documents=n_reused,
         vectors_embedded=n_embedded,
         filtered=found.filtered if found else 0,
@@ -313,6 +319,13 @@ def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple
     if missing:
         out[missing] = embedder.embed_documents([texts[i] for i in missing])
     return out, len(missing)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _with_skipped(skipped: list[Document], extracted: Any) -> Any:

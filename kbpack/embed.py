@@ -22,7 +22,7 @@ from kbpack.errors import ModelError
 from kbpack.model import keys as K
 from kbpack.model.cache import default_model_path
 from kbpack.model.gguf_header import read_gguf_metadata
-from kbpack.model.identity import ModelIdentity, identify_gguf, sha256_file
+from kbpack.model.identity import EMBEDDING_POOLINGS, ModelIdentity, identify_gguf, sha256_file
 from kbpack.model.prefixes import Prefixes, default_prefixes
 
 __all__ = ["Embedder", "ModelIdentity", "Prefixes", "default_model_path", "sha256_file"]
@@ -58,6 +58,8 @@ class Embedder:
     defaults of the model's family, see kbpack/model/prefixes.py). ``embed`` adds none.
     """
 
+    POOLINGS: tuple[str, ...] = EMBEDDING_POOLINGS  # what identify_gguf accepts
+
     def __init__(
         self,
         model_path: Path | None = None,
@@ -69,11 +71,13 @@ class Embedder:
         if not path.is_file():
             raise ModelError(f"{path}: model file not found; pass an existing FILE.gguf")
         self.path = path
-        self.identity: ModelIdentity = identify_gguf(path)  # validates the header first
+        # validates the header first, the pooling included
+        self.identity: ModelIdentity = identify_gguf(path, poolings=self.POOLINGS)
         meta = read_gguf_metadata(path)
         positions = int(meta[K.CONTEXT_LENGTH.format(arch=self.identity.architecture)])
         self.window: int = self.identity.window
         self.dims: int = self.identity.dims
+        self._out_width = self.dims  # floats llama.cpp pools per sequence (a reranker: 1)
         self.truncated: int = 0
         self.threads = threads or available_threads()
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
@@ -134,9 +138,6 @@ class Embedder:
         """float32 (len(texts), dims), L2-normalised, in input order."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of strings; wrap a single text in a list")
-        out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        if not texts:
-            return out
         tokenized = []
         for text in texts:
             tokens = self.tokenize(text)
@@ -144,8 +145,23 @@ class Embedder:
                 self.truncated += 1
                 tokens = self.fit(tokens)
             tokenized.append(tokens or self._empty_input())
+        out = self._pooled(tokenized)
+        if not texts:
+            return out
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+            raise ModelError(f"{self.path}: the model produced a zero or non-finite vector")
+        out /= norms
+        return out
+
+    def _pooled(self, tokenized: list[list[int]]) -> np.ndarray:
+        """llama.cpp's pooled output, float32 (len(tokenized), width), for token lists that
+        already fit the window, in input order, as few llama_decode calls as fit."""
+        out = np.zeros((len(tokenized), self._out_width), dtype=np.float32)
+        if not tokenized:
+            return out
         # Similar lengths together: batches fill evenly and attention wastes less.
-        order = sorted(range(len(texts)), key=lambda i: len(tokenized[i]))
+        order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i]))
         batch: list[int] = []
         used = 0
         for i in order:
@@ -159,10 +175,6 @@ class Embedder:
             batch.append(i)
             used += n
         self._decode(batch, tokenized, out)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
-            raise ModelError(f"{self.path}: the model produced a zero or non-finite vector")
-        out /= norms
         return out
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -198,7 +210,7 @@ class Embedder:
             ptr = llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, seq)
             if not ptr:
                 raise ModelError(f"{self.path}: llama.cpp returned no pooled embedding")
-            out[i] = np.ctypeslib.as_array(ptr, shape=(self.dims,))
+            out[i] = np.ctypeslib.as_array(ptr, shape=(self._out_width,))
 
     def _empty_input(self) -> list[int]:
         """Tokens for an empty text on a model that adds no special tokens (llama.cpp cannot

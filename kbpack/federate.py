@@ -36,12 +36,18 @@ class SetSearcher(Searcher):
     """A ``Searcher`` over several packs; ``members`` are each pack's own searcher."""
 
     def __init__(
-        self, members: Sequence[Searcher], embedder: Any | None, notes: Sequence[str] = ()
+        self,
+        members: Sequence[Searcher],
+        embedder: Any | None,
+        notes: Sequence[str] = (),
+        names: Sequence[str] | None = None,
     ) -> None:
+        """``names``: what each result's ``pack`` says (default: each pack's file name)."""
         if not members:
             raise ValueError("a pack set needs at least one pack")
         super().__init__(members[0].r, embedder, notes)
         self.members = list(members)
+        self.names = list(names) if names is not None else [m.r.path.name for m in members]
         sizes = [len(m.r.column(F.BM25_DOC_LEN)) for m in self.members]
         self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         params = {m.r.bm25_params for m in self.members}
@@ -154,9 +160,9 @@ class SetSearcher(Searcher):
         i, _ = self.locate(chunk)
         return self.members[i].default_threshold()
 
-    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
+    def chunk_content(self, chunk: int) -> str:
         i, local = self.locate(chunk)
-        return self.members[i]._holds_all(local, codes)
+        return self.members[i].chunk_content(local)
 
     def _result(
         self,
@@ -170,7 +176,7 @@ class SetSearcher(Searcher):
     ) -> Result:
         i, local = self.locate(c)
         r = self.members[i]._result(rank, local, score, distance, bm25_rank, dense_rank, context)
-        r.pack = self.members[i].r.path.name
+        r.pack = self.names[i]
         return r
 
 
@@ -183,6 +189,7 @@ class PackSet:
         model: str | os.PathLike[str] | None = None,
         load_model: bool = True,
         threads: int | None = None,
+        rerank: str | os.PathLike[str] | None = None,
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
@@ -195,10 +202,11 @@ class PackSet:
             raise
         self.paths = [r.path for r in self.readers]
         self._model_arg = Path(model) if model else None
+        self._rerank_arg = Path(rerank) if rerank else None
         self._load_model = load_model
         self._threads = threads
         self._searcher: SetSearcher | None = None
-        self.mixed_models = _model_mismatch(self.readers)
+        self.mixed_models = model_mismatch(self.readers)
 
     def __enter__(self) -> PackSet:
         return self
@@ -233,6 +241,9 @@ class PackSet:
                 notes.append(f"each pack's results are held to its own threshold ({each})")
             members = [Searcher(r, embedder) for r in self.readers]
             self._searcher = SetSearcher(members, embedder, notes)
+            from kbpack.api import load_reranker
+
+            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
     @property
@@ -267,7 +278,7 @@ def _incomplete_sets(readers: Sequence[PackReader]) -> list[str]:
     return notes
 
 
-def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
+def model_mismatch(readers: Sequence[PackReader]) -> str | None:
     """Why the packs' vectors cannot be compared (a one-line reason), or None when they can."""
     first = readers[0]
     want = first.model
@@ -291,4 +302,4 @@ def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
     return None
 
 
-__all__ = ["PackSet", "SetSearcher"]
+__all__ = ["PackSet", "SetSearcher", "model_mismatch"]

@@ -1,26 +1,74 @@
 """Progress on a terminal, silence everywhere else.
 
 Shown only when stderr is a TTY and the user did not pass ``--quiet`` or ``--json``; redrawn at
-most ten times a second so that progress never costs measurable time.
+most ten times a second so that progress never costs measurable time. A ticker thread redraws
+the line every second with the elapsed time, so the screen moves even while one long step (an
+embedding batch: llama.cpp releases the GIL) runs.
 """
 
 from __future__ import annotations
 
+import resource
 import sys
+import threading
 import time
 from typing import TextIO
 
+TICK_S = 1.0  # the ticker's period: something on the screen changes at least this often
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``: short enough for a progress line."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def peak_rss_mb() -> tuple[float, float]:
+    """(peak resident memory of this process, of the largest child it has waited for), in MB.
+
+    The extraction worker is a child process: it is waited for when extraction ends, so after
+    a build the second figure is its peak (Linux reports ru_maxrss in KB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return round(own, 1), round(children, 1)
+
 
 class Progress:
-    def __init__(self, enabled: bool | None = None, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, enabled: bool | None = None, stream: TextIO | None = None, tick_s: float = TICK_S
+    ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.tick_s = tick_s
         self._last = 0.0
         self._width = 0
         self._started: dict[str, float] = {}
+        self._t0 = time.monotonic()
+        self._line = ""
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+        # a build's ETA: source bytes of every document, and of those read so far
+        self.source_bytes_total = 0
+        self._bytes_done = 0
+        self._tokens_done = 0
+        self._tokens_in_flight = 0
+        self._documents = (0, 0)
+        self._eta_at: float | None = None  # monotonic time the current ETA runs out
 
     def update(
-        self, stage: str, done: int, total: int | None = None, unit: str = "", force: bool = False
+        self,
+        stage: str,
+        done: int,
+        total: int | None = None,
+        unit: str = "",
+        force: bool = False,
+        detail: str = "",
+        eta_s: float | None = None,
     ) -> None:
         if not self.enabled:
             return
@@ -38,18 +86,96 @@ class Progress:
             line += f" {unit}"
         if rate and elapsed > 1:
             line += f"  {rate:.1f}/s"
-            if total and done < total:
-                line += f"  ETA {(total - done) / rate:.0f}s"
-        self._draw(line)
+            if eta_s is None and total and done < total:
+                eta_s = (total - done) / rate
+        if detail:
+            line += f"  {detail}"
+        self._eta_at = now + eta_s if eta_s is not None else None
+        self._line = line
+        self._draw()
+        self._start_ticker()
 
-    def _draw(self, line: str) -> None:
-        pad = max(0, self._width - len(line))
-        self.stream.write("\r" + line + " " * pad)
-        self.stream.flush()
-        self._width = len(line)
+    def building(self, documents: int, total: int, source_bytes: int, chunks: int) -> None:
+        """A build's line: documents read (with ``source_bytes`` more read now), chunks
+        written, tokens embedded, and the ETA. Called between embedding batches, so the batch
+        announced by :meth:`embedding` is done."""
+        if not self.enabled:
+            return
+        self._bytes_done += source_bytes
+        self._tokens_done += self._tokens_in_flight
+        self._tokens_in_flight = 0
+        self._documents = (documents, total)
+        self.update(
+            "building",
+            documents,
+            total,
+            unit="documents",
+            detail=f"{chunks} chunks embedded ({self._tokens_done} tokens)",
+            eta_s=self._eta(),
+        )
+
+    def embedding(self, chunks: int, tokens: int) -> None:
+        """An embedding batch of ``chunks`` (``tokens`` tokens) starts: say so, it may be long."""
+        if not self.enabled:
+            return
+        self._tokens_in_flight = tokens
+        done, total = self._documents
+        self.update(
+            "building",
+            done,
+            total,
+            unit="documents",
+            detail=f"embedding {chunks} chunks ({tokens} tokens)",
+            eta_s=self._eta(),
+            force=True,
+        )
+
+    def _eta(self) -> float | None:
+        """Seconds left, from tokens: tokens still to embed (the tokens per source byte seen so
+        far times the bytes not yet read, plus the batch in flight) over the tokens per second
+        of the whole pipeline so far (extraction included). None until there is a rate."""
+        elapsed = time.monotonic() - self._t0
+        done = self._tokens_done
+        if not done or not self._bytes_done or elapsed < 1:
+            return None
+        per_byte = (done + self._tokens_in_flight) / self._bytes_done
+        left = self._tokens_in_flight + per_byte * max(
+            0, self.source_bytes_total - self._bytes_done
+        )
+        return left / (done / elapsed)
+
+    def _draw(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            line = self._line
+            if self._eta_at is not None:  # counts down between updates, so it moves too
+                line += f"  ETA ~{duration(max(0.0, self._eta_at - now))}"
+            line += f"  [{duration(now - self._t0)}]"
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self.stream.flush()
+            self._width = len(line)
+
+    def _start_ticker(self) -> None:
+        if self._ticker is not None:
+            return
+        self._ticker = threading.Thread(target=self._tick, name="kbpack-progress", daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            if self._line:
+                self._draw()
 
     def done(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        self._stop = threading.Event()
         if self.enabled and self._width:
-            self.stream.write("\r" + " " * self._width + "\r")
-            self.stream.flush()
-            self._width = 0
+            with self._lock:
+                self.stream.write("\r" + " " * self._width + "\r")
+                self.stream.flush()
+                self._width = 0
+                self._line = ""

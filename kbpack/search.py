@@ -6,10 +6,11 @@ Fusion (``kbpack.fusion``, README "Query"): over the dense top 100 union the BM2
 measures the rule against the reciprocal-rank rules it replaced.
 
 Refusal gate: a result is good enough when its cosine distance is at most the threshold; in
-hybrid mode a chunk whose text holds every code-like query term is good enough whatever its
-distance (exact identifiers are answers even when the embedding does not know them), provided
-one of those terms is rare in the pack (see ``Searcher.gate_terms``). In bm25
-mode (or a lexical-only fallback) a chunk must hold at least one query term.
+hybrid mode a chunk may also pass on lexical evidence (``IdentifierGate``): it holds every
+code-like query term, one of them is rare in the pack, and the query's content words it holds
+carry at least half of the query's IDF weight. A year or an acronym alone ("who won the world
+cup in 2018") is not such evidence: the words it does not hold weigh more. In bm25 mode (or a
+lexical-only fallback) a chunk must share a content word with the query, not "how" or "the".
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from kbpack.fusion import convex
 from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tokenize, top_k
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
+from kbpack.stopwords import STOPWORDS
 
 RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
 RARE_MIN = 5
+EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
 MODES = ("hybrid", "dense", "bm25")
 
 # An inner capital (PostgreSQL, GitHub) is not code-like: names like these are ordinary words
@@ -56,6 +59,7 @@ class Result:
     score: float
     content: str
     pack: str | None = None  # the pack file, when several packs are searched as one
+    rerank_score: float | None = None  # the cross-encoder's relevance, when --rerank ran
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -63,6 +67,8 @@ class Result:
         d["to"] = d.pop("end")
         if d["pack"] is None:
             del d["pack"]
+        if d["rerank_score"] is None:
+            del d["rerank_score"]
         return d
 
 
@@ -110,11 +116,36 @@ def code_like_terms(query: str) -> list[str]:
     return [w for w in words if w and _CODE_LIKE.search(w)]
 
 
-def holds_all_codes(content: str, codes: Sequence[str]) -> bool:
-    """The refusal gate's identifier rule: ``content`` holds every code-like query term, each as
-    whole tokens (so ``SIGKILL`` does not match ``SIGKILLED``)."""
-    tokens = set(tokenize(content))
-    return all(set(tokenize(code)) <= tokens for code in codes)
+def content_terms(query: str) -> list[str]:
+    """The query's distinct BM25 terms that are not stopwords, in order of appearance."""
+    return [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
+
+
+def idf(df: int, n: int) -> float:
+    """BM25's (Lucene's) idf; a term no chunk holds weighs the most."""
+    return float(np.log1p((n - df + 0.5) / (df + 0.5)))
+
+
+@dataclass(frozen=True)
+class IdentifierGate:
+    """Lexical evidence that lets a hybrid result through whatever its distance.
+
+    ``codes``: the query's code-like terms (one of them rare in the pack); ``weights``: the IDF of
+    each content word of the query (stopwords left out). A chunk opens the gate when it holds
+    every code as whole tokens and the content words it holds weigh at least ``EVIDENCE_SHARE``
+    of the total: the identifier must be what the question is about, not a detail of it.
+    """
+
+    codes: tuple[str, ...]
+    weights: tuple[tuple[str, float], ...]
+
+    def opens(self, content: str) -> bool:
+        tokens = set(tokenize(content))
+        if not all(set(tokenize(code)) <= tokens for code in self.codes):
+            return False
+        total = sum(w for _, w in self.weights)
+        held = sum(w for t, w in self.weights if t in tokens)
+        return held >= EVIDENCE_SHARE * total
 
 
 class Searcher:
@@ -133,6 +164,8 @@ class Searcher:
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
         self.query_prefix = str(reader.model.get(F.M_QUERY_PREFIX, "")) if reader.model else ""
+        # A cross-encoder (kbpack.rerank.Reranker) that reorders the top of the list, or None.
+        self.reranker: Any | None = None
 
     def prepare(self) -> None:
         """Load now what every query needs (the vectors, the baked BM25 postings), so that a
@@ -254,9 +287,16 @@ class Searcher:
         kind: str | None = None,
         section: str | None = None,
         context: str = "chunk",
+        rerank_top: int | None = None,
     ) -> SearchResponse:
+        """``rerank_top``: with a reranker set, how many of the results that pass the refusal
+        gate it scores and reorders (default ``kbpack.rerank.DEFAULT_TOP``)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        if max_distance is not None and not 0.0 <= max_distance <= 2.0:  # NaN fails too
+            raise ValueError(
+                f"max_distance must be a cosine distance in [0, 2], got {max_distance}"
+            )
         notes = list(self.notes)
         lexical_only = False
         if mode != "bm25" and self.embedder is None:
@@ -295,20 +335,26 @@ class Searcher:
         else:
             ordered = [(int(c), float(x)) for c, x in zip(bm_ids, bm_scores, strict=True)]
         dist = {} if sims is None else {c: float(1.0 - sims[c]) for c, _ in ordered}
-        gate = self.gate_terms(query) if (refuse and mode_used == "hybrid") else []
+        gate = self.identifier_gate(query) if (refuse and mode_used == "hybrid") else None
+        words = set(content_terms(query))
 
         def passes(c: int) -> bool:
             if not refuse:
                 return True
             if mode_used == "bm25":
-                return c in bm_rank
+                return c in bm_rank and self._holds_any(c, words)
             if dist.get(c, 2.0) <= (threshold if max_distance is not None else self._threshold(c)):
                 return True
-            return mode_used == "hybrid" and bool(gate) and self._holds_all(c, gate)
+            return gate is not None and self._gate_opens(c, gate)
 
+        top = 0
+        if self.reranker is not None:
+            from kbpack.rerank import DEFAULT_TOP
+
+            top = DEFAULT_TOP if rerank_top is None else rerank_top
         results: list[Result] = []
         for c, score in ordered:
-            if len(results) >= k:
+            if len(results) >= max(k, top):
                 break
             if not passes(c):
                 continue
@@ -317,6 +363,9 @@ class Searcher:
                     len(results) + 1, c, score, dist.get(c), bm_rank.get(c), de_rank.get(c), context
                 )
             )
+        if top and results:
+            results = self._rerank(query, results, top)
+        results = results[:k]
         if lexical_only and not notes:
             notes.append("dense search did not run: lexical-only results")
         return SearchResponse(
@@ -329,6 +378,27 @@ class Searcher:
             notes=notes,
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
         )
+
+    def _rerank(self, query: str, results: list[Result], top: int) -> list[Result]:
+        """The first ``top`` results scored by the reranker and reordered by its score (ties
+        keep the first-stage order); the rest follow unchanged. Which results pass the refusal
+        gate was decided before, on the first-stage scores."""
+        from kbpack.chunk import header
+        from kbpack.rerank import rerank_text
+
+        head = results[:top]
+        texts = [
+            rerank_text(header(r.title, r.section.split(" > ") if r.section else []), r.content)
+            for r in head
+        ]
+        scores = self.reranker.score(query, texts)  # type: ignore[union-attr]
+        for r, s in zip(head, scores, strict=True):
+            r.rerank_score = round(float(s), 6)
+        order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+        out = [head[i] for i in order] + results[top:]
+        for rank, r in enumerate(out, 1):
+            r.rank = rank
+        return out
 
     def gate_terms(self, query: str) -> list[str]:
         """The code-like query terms that may open the refusal gate, or [] when none may.
@@ -346,6 +416,15 @@ class Searcher:
             if whole and 0 < self.doc_freq(whole[0]) <= limit:
                 return codes
         return []
+
+    def identifier_gate(self, query: str) -> IdentifierGate | None:
+        """The query's lexical evidence rule, or None when no code-like term of it is rare here."""
+        codes = self.gate_terms(query)
+        if not codes:
+            return None
+        n = self.n_chunks()
+        weights = tuple((t, idf(self.doc_freq(t), n)) for t in content_terms(query))
+        return IdentifierGate(tuple(codes), weights)
 
     def n_chunks(self) -> int:
         return len(self.r.column(F.BM25_DOC_LEN))
@@ -374,8 +453,15 @@ class Searcher:
         threshold of the chunk's own pack)."""
         return self.default_threshold()
 
-    def _holds_all(self, chunk: int, codes: list[str]) -> bool:
-        return holds_all_codes(self.r.chunk_content(chunk), codes)
+    def chunk_content(self, chunk: int) -> str:
+        return self.r.chunk_content(chunk)
+
+    def _gate_opens(self, chunk: int, gate: IdentifierGate) -> bool:
+        return gate.opens(self.chunk_content(chunk))
+
+    def _holds_any(self, chunk: int, words: set[str]) -> bool:
+        """The chunk shares a content word with the query (bm25 mode's refusal rule)."""
+        return not words.isdisjoint(tokenize(self.chunk_content(chunk)))
 
     def _result(
         self,

@@ -394,3 +394,10 @@ def test_hybrid_order_is_the_convex_fusion_of_the_packs_scores(pack: Path, model
         "query", str(pack), query, "--mode", "dense", "--model", str(model), "--json"
     )
     assert code == 0 and json.loads(stdout)["fusion"] is None
+
+
+@pytest.mark.parametrize("bad", ["nan", "-0.1", "2.5"])
+def test_max_distance_outside_0_2_is_a_usage_error(pack: Path, bad: str) -> None:
+    code, _, stderr = run("query", str(pack), "logs", "--max-distance", bad)
+    assert code == 2
+    assert "--max-distance" in stderr and "between 0 and 2" in stderr

@@ -31,6 +31,7 @@ def test_info_json_is_the_identity(capfd: pytest.CaptureFixture[str], tiny_model
         "path": str(tiny_model),
         "size": tiny_model.stat().st_size,
         **identify_gguf(tiny_model).as_dict(),
+        "role": "embedding",
         "family": None,  # tiny-a is no known family: no prefixes by default
         "query_prefix": "",
         "doc_prefix": "",

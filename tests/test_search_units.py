@@ -69,3 +69,54 @@ def test_only_a_rare_identifier_opens_the_refusal_gate(tmp_path) -> None:  # typ
         assert p.searcher.gate_terms("why SIGKILL") == ["SIGKILL"]
         assert p.searcher.gate_terms("SIGKILL and JSON") == ["SIGKILL", "JSON"]
         assert p.searcher.gate_terms("how do I rotate logs") == []
+
+
+def test_identifier_gate_needs_the_identifier_to_carry_the_question() -> None:
+    """A chunk holding the rare code opens the gate only when the content words it holds carry
+    at least half of the query's IDF weight: 2018 alone is not the subject of "who won the
+    football world cup in 2018"."""
+    from kbpack.search import IdentifierGate
+
+    world_cup = IdentifierGate(
+        codes=("2018",),
+        weights=(("won", 3.0), ("football", 5.0), ("world", 2.0), ("cup", 5.0), ("2018", 4.0)),
+    )
+    assert not world_cup.opens("Version 1.0.0 was released in 2018 with many fixes.")
+    assert world_cup.opens("In 2018 France won the football world cup.")
+    busy = IdentifierGate(
+        codes=("SQLITE_BUSY",),
+        weights=(("sqlite_busy", 6.0), ("sqlite", 1.0), ("busy", 2.0), ("mean", 1.5)),
+    )
+    assert busy.opens("A write attempt fails with SQLITE_BUSY when another connection writes.")
+    assert not busy.opens("The database is busy.")  # the code itself is missing
+    assert not busy.opens("SQLITE_BUSYNESS is not a code")  # whole tokens only
+
+
+def test_content_terms_leave_stopwords_out() -> None:
+    from kbpack.search import content_terms
+
+    assert content_terms("How do I rotate the logs?") == ["rotate", "logs"]
+    assert content_terms("what does NASA stand for") == ["nasa", "stand"]
+    assert content_terms("Come si prepara il risotto?") == ["prepara", "risotto"]
+    assert content_terms("how is it the") == []
+
+
+def test_bm25_mode_needs_a_shared_content_word(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """In bm25 mode a chunk sharing only "how" and "the" with the question is no answer."""
+    import kbpack
+    from tests.packs import markdown_doc, write_pack
+
+    docs = [
+        markdown_doc("a.md", "# Logs\n\nHow the logs are rotated: by size, every night.\n"),
+        markdown_doc("b.md", "# Tea\n\nHow to brew the tea: boil the water first.\n"),
+    ]
+    out = tmp_path / "s.kbpack"
+    write_pack(out, docs)
+    with kbpack.open(out, load_model=False) as p:
+        assert not p.search("how do I fix the printer", mode="bm25").answered
+        resp = p.search("how are the logs rotated", mode="bm25")
+        assert resp.answered and [r.doc for r in resp.results] == ["a.md"]
+        with pytest.raises(ValueError, match="max_distance"):
+            p.search("logs", max_distance=float("nan"))
+        with pytest.raises(ValueError, match="max_distance"):
+            p.search("logs", max_distance=-0.1)

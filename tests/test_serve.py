@@ -144,8 +144,30 @@ def test_api_search_matches_query_json(server: Server, packs: dict[str, Path], m
         )
         assert code in (0, 3)
         cli_json = json.loads(out)
-        assert (cli_json.pop("schema"), cli_json.pop("command")) == (1, "query")  # the envelope
+        assert (cli_json["schema"], cli_json["command"]) == (1, "query")  # the envelope, too
         assert got == cli_json, mode
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_api_search_every_pack_as_one_matches_query_of_several(
+    server: Server, packs: dict[str, Path], model: Path, mode: str
+) -> None:
+    r = server.client.get(
+        "/api/search", params={"q": "relief valve bar", "pack": "*", "mode": mode}
+    )
+    assert r.status_code == 200
+    got = r.json()
+    assert got.pop("pack") == "*"
+    both = [str(packs["manuals"]), str(packs["strict"])]
+    code, out = run(
+        "query", *both, "relief valve bar", "--mode", mode, "--model", str(model), "--json"
+    )
+    assert code in (0, 3)
+    want = json.loads(out)
+    for res in want["results"]:
+        res["pack"] = Path(res["pack"]).stem  # served packs are named by their stem
+    assert got["results"] == want["results"] and got["results"]
+    assert {res["pack"] for res in got["results"]} <= {"manuals", "strict"}
 
 
 def test_api_search_needs_a_pack_name_when_several_are_served(server: Server) -> None:
@@ -191,11 +213,16 @@ def test_api_doc_returns_canonical_text_at_the_offsets(
     assert [s["title"] for s in whole["sections"] if s["level"] == 2] == ["Priming", "Seals"]
 
 
-def test_api_inspect_and_packs(server: Server) -> None:
+def test_api_inspect_and_packs(server: Server, packs: dict[str, Path]) -> None:
+    packs_paths = packs
     packs = server.client.get("/api/packs").json()["packs"]
     assert [p["name"] for p in packs] == ["manuals", "strict"]
     assert all(p["verify"]["checked"] and p["dense"] for p in packs)
     info = server.client.get("/api/inspect", params={"pack": "strict"}).json()
+    code, out = run("inspect", str(packs_paths["strict"]), "--json")
+    assert code == 0
+    want = json.loads(out)
+    assert {k: info[k] for k in want} == want  # the keys and values of inspect --json
     assert info["search"]["max_distance"] == 0.0
     assert info["counts"]["documents"] == 3
 

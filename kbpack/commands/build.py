@@ -258,6 +258,13 @@ def _left_out(report: Any) -> str:
     return "; ".join(parts)
 
 
+def peak_memory(own: float, worker: float) -> str:
+    """Both processes run at once, so their sum bounds what the build needed."""
+    if not worker:
+        return f"{own:.0f} MB"
+    return f"{own + worker:.0f} MB (kbpack {own:.0f} MB + extraction worker {worker:.0f} MB)"
+
+
 def render_report(report: Any) -> str:
     c = report.counts
     s = report.seconds
@@ -287,7 +294,7 @@ def render_report(report: Any) -> str:
         ),
         ("terms", c["terms"]),
         ("time", stages),
-        ("peak memory", f"{report.peak_rss_mb:.0f} MB"),
+        ("peak memory", peak_memory(report.peak_rss_mb, report.peak_rss_workers_mb)),
     ]
     if report.reused_documents:
         rows.insert(

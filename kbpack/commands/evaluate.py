@@ -277,16 +277,14 @@ def _grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
 
 def _gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
     """The query's ranking as the refusal gate sees it (see kbpack.search: a hybrid result that
-    holds every code-like query term passes whatever its distance)."""
-    from kbpack.search import holds_all_codes
-
+    opens the identifier gate passes whatever its distance)."""
     resp = pack.search(query, k=GATE_DEPTH, mode=mode, refuse=False)
-    codes = pack.searcher.gate_terms(query) if mode == "hybrid" else []
+    gate = pack.searcher.identifier_gate(query) if mode == "hybrid" else None
     want = E.normalize(needle) if needle else None
     distances, hits = [], []
     for r in resp.results:
         d = math.inf if r.distance is None else float(r.distance)
-        if codes and holds_all_codes(r.content, codes):
+        if gate is not None and gate.opens(r.content):
             d = -math.inf
         distances.append(d)
         hits.append(want is not None and want in E.normalize(r.content))

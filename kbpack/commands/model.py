@@ -11,6 +11,10 @@ import click
 from kbpack.commands.common import emit_json, emit_json_line
 from kbpack.errors import UsageError
 
+# What `model info` and `model import` accept: kbpack.model.identity's EMBEDDING_POOLINGS +
+# RERANK_POOLINGS (spelled out: importing identity here would load numpy for every command).
+ANY_POOLING = ("mean", "cls", "last", "rank")
+
 
 @click.group("model")
 def model() -> None:
@@ -27,7 +31,8 @@ def model() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the identity as JSON.")
 def info(file: Path | None, as_json: bool) -> None:
     """Identity of FILE.gguf (default: the default model): name, SHA-256, architecture, dims,
-    pooling, window, and the query/document prefixes a build would use by default."""
+    pooling, window, role (embedding or reranker) and, for an embedding model, the
+    query/document prefixes a build would use by default."""
     from kbpack.model import default_model_path, identify_gguf
     from kbpack.model.prefixes import default_prefixes, family_of
 
@@ -35,8 +40,13 @@ def info(file: Path | None, as_json: bool) -> None:
     if not path.is_file():
         raise UsageError(f"{path}: no such model file; pass an existing FILE.gguf")
     record: dict[str, Any] = {"path": str(path), "size": path.stat().st_size}
-    identity = identify_gguf(path)
+    identity = identify_gguf(path, poolings=ANY_POOLING)
     record.update(identity.as_dict())
+    if identity.pooling == "rank":  # a cross-encoder: no vectors, no prefixes
+        record["role"] = "reranker"
+        _emit(record, as_json)
+        return
+    record["role"] = "embedding"
     family = family_of(identity.name) or family_of(path.stem)
     record["family"] = family.label if family else None
     record.update(default_prefixes(identity.name, path.stem).as_stamp())
@@ -59,14 +69,15 @@ def info(file: Path | None, as_json: bool) -> None:
 def import_(
     folder: Path, output: Path, name: str | None, window: int | None, force: bool, as_json: bool
 ) -> None:
-    """Convert a BERT safetensors FOLDER (config.json, vocab.txt, model.safetensors) to GGUF."""
+    """Convert a BERT safetensors FOLDER (config.json, vocab.txt, model.safetensors) to GGUF:
+    an embedding model (mean or CLS pooling) or a BertForSequenceClassification reranker."""
     from kbpack.model import convert_bert, identify_gguf
     from kbpack.outpath import check_output
 
     output = check_output(output, inputs=[folder], force=force, pack=False)
     convert_bert(folder, output, name=name, window=window)
     record: dict[str, Any] = {"path": str(output), "size": output.stat().st_size}
-    record.update(identify_gguf(output).as_dict())
+    record.update(identify_gguf(output, poolings=ANY_POOLING).as_dict())
     _emit(record, as_json)
 
 

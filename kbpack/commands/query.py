@@ -31,6 +31,17 @@ PROMPT_INSTRUCTIONS = (
 )
 
 
+def check_distance(value: float | None) -> float | None:
+    """A cosine distance lies in [0, 2]; NaN or a negative value would silently refuse (or
+    answer) everything, so it is a usage error."""
+    if value is not None and not 0.0 <= value <= 2.0:
+        raise click.BadParameter(
+            f"{value}: give a cosine distance between 0 and 2 (the default is the pack's, e.g. 0.675)",
+            param_hint="'--max-distance'",
+        )
+    return value
+
+
 class QueryCommand(click.Command):
     """Unknown options are usage errors (a typo must never become query text); an unknown
     option that resembles no option is probably a query starting with "-": say how to pass it."""
@@ -63,8 +74,9 @@ class QueryCommand(click.Command):
 )
 @click.option(
     "--max-distance",
-    type=click.FloatRange(0, 2),
-    help="Refusal threshold (cosine distance); default: the pack's.",
+    type=float,
+    callback=lambda _ctx, _param, v: check_distance(v),
+    help="Refusal threshold (cosine distance, 0-2); default: the pack's.",
 )
 @click.option(
     "--model",
@@ -95,6 +107,18 @@ class QueryCommand(click.Command):
     default=3000,
     show_default=True,
     help="Token budget for the sources (with --format prompt only).",
+)
+@click.option(
+    "--rerank",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Cross-encoder GGUF (rank pooling) that reorders the top results (README Models).",
+)
+@click.option(
+    "--rerank-top",
+    type=click.IntRange(min=1),
+    default=25,
+    show_default=True,
+    help="How many results that pass the refusal gate the reranker scores.",
 )
 @click.option(
     "--batch",
@@ -138,6 +162,7 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
         "model": kw.pop("model"),
         "load_model": kw["mode"] != "bm25",
         "threads": kw.pop("threads"),
+        "rerank": kw.pop("rerank"),
     }
     opened = kbpack.open(pack, **how) if len(packs) == 1 else kbpack.open_many(packs, **how)
     with opened as p:
@@ -189,6 +214,7 @@ def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
         kind=kw["kind"],
         section=kw["section"],
         context=kw["context"],
+        rerank_top=kw["rerank_top"],
     )
 
 
@@ -270,7 +296,10 @@ def render(resp: Any, full: bool = False) -> str:
         bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
         where = f"{safe(r.pack)}: " if r.pack else ""
         out.append(f"[{r.rank}] {where}{safe(r.locator)}")
-        out.append(f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}")
+        meta = f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}"
+        if r.rerank_score is not None:
+            meta += f"  ·  rerank {r.rerank_score:.3f}"
+        out.append(meta)
         out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
     out.extend(tail)
     return "\n".join(out)

@@ -47,6 +47,10 @@ _LAYER = {
     "output.LayerNorm": "layer_output_norm",
 }
 _LAYER_RE = re.compile(r"encoder\.layer\.(\d+)\.(.+)\.(weight|bias|gamma|beta)$")
+# A cross-encoder's head (BertForSequenceClassification): llama.cpp's rank pooling computes
+# cls.output(tanh(cls([CLS] state))), which is transformers' classifier(tanh(pooler.dense(.))).
+_HEAD = {"pooler.dense": "cls", "classifier": "cls.output"}
+RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,11 @@ class BertFolder:
     vocab: list[str]
     weights: Path
     window: int
-    pooling: int
+    pooling: int  # RANK_POOLING for a cross-encoder (reranker)
+
+    @property
+    def reranker(self) -> bool:
+        return self.pooling == RANK_POOLING
 
 
 def convert_bert(
@@ -76,7 +84,7 @@ def convert_bert(
     window = window if window is not None else src.window
     if not 2 < window <= positions:
         raise ModelError(f"{folder}: token window {window} must be in 3..{positions}")
-    tensors = _map_tensors(src.weights, int(cfg["num_hidden_layers"]))
+    tensors = _map_tensors(src.weights, int(cfg["num_hidden_layers"]), head=src.reranker)
     n_vocab = tensors["token_embd.weight"].shape[0]
     if n_vocab != len(src.vocab):
         raise ModelError(
@@ -115,6 +123,8 @@ def convert_bert(
     w.add_uint32(K.KBPACK_WINDOW, window)
     w.add_string(K.KBPACK_SOURCE_SHA256, sha256_file(src.weights))
     w.add_string(K.KBPACK_CONVERTER, f"kbpack-bert-safetensors {CONVERTER_VERSION}")
+    if src.reranker:  # one relevance score per (query, passage) pair
+        w.add_array(K.CLASSIFIER_LABELS.format(arch=arch), ["relevance"])
     for tname, array in tensors.items():
         # llama.cpp adds token_types row 0 to F32 activations: keep it (and 1-D norms) F32.
         wide = array.ndim == 1 or tname == "token_types.weight"
@@ -166,7 +176,28 @@ def read_bert_folder(folder: Path) -> BertFolder:
     if not isinstance(window, int):
         raise ModelError(f"{folder}/sentence_bert_config.json: max_seq_length must be an integer")
     window = min(window, config["max_position_embeddings"])
+    if "BertForSequenceClassification" in config.get("architectures", []):
+        _check_cross_encoder(folder, config)
+        return BertFolder(config, vocab, weights, window, RANK_POOLING)
     return BertFolder(config, vocab, weights, window, _pooling(folder))
+
+
+def _check_cross_encoder(folder: Path, config: dict[str, Any]) -> None:
+    """What llama.cpp's rank pooling can reproduce: one output label, one token type."""
+    labels = config.get("id2label", {"0": "LABEL_0"})
+    if not isinstance(labels, dict) or len(labels) != 1:
+        raise ModelError(
+            f"{folder}/config.json: a reranker must have one output label (a relevance score), "
+            f"this one has {len(labels) if isinstance(labels, dict) else labels!r}"
+        )
+    if int(config.get("type_vocab_size", 2)) != 1:
+        # transformers gives the passage token type 1; llama.cpp adds type 0 to every token,
+        # so the scores would silently differ from the model's.
+        raise ModelError(
+            f"{folder}/config.json: type_vocab_size {config.get('type_vocab_size', 2)}: this "
+            "cross-encoder reads the passage as token type 1, which llama.cpp cannot feed; "
+            "only single-type rerankers (bge-reranker, XLM-RoBERTa style) score faithfully"
+        )
 
 
 def _phantom(token: str) -> str:
@@ -179,17 +210,24 @@ def _phantom(token: str) -> str:
     return "\u2581" + token
 
 
-def _map_tensors(weights: Path, n_layers: int) -> dict[str, np.ndarray]:
+def _map_tensors(weights: Path, n_layers: int, *, head: bool = False) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for hf_name, array in read_safetensors(weights).items():
         name = hf_name.removeprefix("bert.")
+        stem, _, kind = name.rpartition(".")
+        if head and stem in _HEAD:
+            out[f"{_HEAD[stem]}.{kind}"] = array
+            continue
         if name.startswith("pooler.") or name == "embeddings.position_ids":
             continue  # pooler: unused by sentence embeddings; position_ids: a constant buffer
         gguf_name = _gguf_name(name, n_layers)
         if gguf_name is None:
             raise ModelError(f"{weights}: unexpected tensor {hf_name!r} for a BERT model")
         out[gguf_name] = array
-    for required in ("token_embd.weight", "position_embd.weight", "token_embd_norm.weight"):
+    needed = ["token_embd.weight", "position_embd.weight", "token_embd_norm.weight"]
+    if head:
+        needed += [f"{t}.{k}" for t in _HEAD.values() for k in ("weight", "bias")]
+    for required in needed:
         if required not in out:
             raise ModelError(f"{weights}: tensor for {required} is missing")
     return out

@@ -116,8 +116,15 @@ def llama_cpp_version() -> str:
         return "not installed"
 
 
-def identify_gguf(path: Path, *, sha256: str | None = None) -> ModelIdentity:
-    """Identity of a GGUF embedding model, from its header; ModelError if it cannot embed."""
+EMBEDDING_POOLINGS = ("mean", "cls", "last")
+RERANK_POOLINGS = ("rank",)
+
+
+def identify_gguf(
+    path: Path, *, sha256: str | None = None, poolings: tuple[str, ...] = EMBEDDING_POOLINGS
+) -> ModelIdentity:
+    """Identity of a GGUF model, from its header; ModelError if its pooling is not one of
+    ``poolings`` (an embedding model by default; ``RERANK_POOLINGS`` for a reranker)."""
     meta = read_gguf_metadata(path)
     arch = meta.get(K.ARCHITECTURE)
     if not isinstance(arch, str):
@@ -132,10 +139,20 @@ def identify_gguf(path: Path, *, sha256: str | None = None) -> ModelIdentity:
     dims = positive(K.EMBEDDING_LENGTH)
     positions = positive(K.CONTEXT_LENGTH)
     pooling = K.POOLING_NAMES.get(meta.get(K.POOLING_TYPE.format(arch=arch), 0), "unknown")
-    if pooling not in ("mean", "cls", "last"):
+    if pooling not in poolings and poolings == RERANK_POOLINGS:
         raise ModelError(
-            f"{path}: pooling {pooling!r} ({K.POOLING_TYPE.format(arch=arch)}) gives no sentence "
-            "embedding; use an embedding model with mean, cls or last pooling"
+            f"{path}: pooling {pooling!r} ({K.POOLING_TYPE.format(arch=arch)}) is not a "
+            "reranker's; pass a cross-encoder GGUF with rank pooling to --rerank"
+        )
+    if pooling not in poolings:
+        why = (
+            "is a reranker's, not an embedding"
+            if pooling == "rank"
+            else "gives no sentence embedding"
+        )
+        raise ModelError(
+            f"{path}: pooling {pooling!r} ({K.POOLING_TYPE.format(arch=arch)}) {why}; "
+            "use an embedding model with mean, cls or last pooling"
         )
     window = meta.get(K.KBPACK_WINDOW, min(positions, MAX_WINDOW))
     if not isinstance(window, int) or not 2 < window <= positions:

@@ -19,6 +19,7 @@ HEAD_COUNT = "{arch}.attention.head_count"
 LAYER_NORM_EPS = "{arch}.attention.layer_norm_epsilon"
 CAUSAL = "{arch}.attention.causal"
 POOLING_TYPE = "{arch}.pooling_type"
+CLASSIFIER_LABELS = "{arch}.classifier.output_labels"  # a reranker's outputs (one: relevance)
 
 TOKENIZER_MODEL = "tokenizer.ggml.model"
 TOKENS = "tokenizer.ggml.tokens"

@@ -9,6 +9,7 @@ run under its own lock. Reading text and metadata needs no lock (h5py serialises
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import threading
@@ -26,6 +27,7 @@ from kbpack.search import MODES, Searcher, SearchResponse
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
+ALL = "*"  # pack=*: every served pack searched as one (kbpack.federate), BM25 over the set
 
 
 class SerialEmbedder:
@@ -138,6 +140,7 @@ class Library:
             raise UsageError("give at least one pack: kbpack serve PACK...")
         say = on_progress or (lambda _: None)
         self.packs: dict[str, Served] = {}
+        self._everything: Any = None  # the SetSearcher over every pack, made at first use
         embedders: dict[str, tuple[Any, list[str]]] = {}
         try:
             for name, path in zip(unique_names(paths), paths, strict=True):
@@ -176,6 +179,21 @@ class Library:
         self.close()
 
     # -- lookups -----------------------------------------------------------------------------
+    def everything(self) -> Any:
+        """A ``SetSearcher`` over every served pack (one model, or lexical-only, said)."""
+        if self._everything is None:
+            from kbpack.federate import SetSearcher, model_mismatch
+
+            served = list(self.packs.values())
+            why = model_mismatch([p.reader for p in served])
+            embedder = None if why else served[0].searcher.embedder
+            notes = [f"{why}: dense search skipped, lexical-only results"] if why else []
+            names = [p.name for p in served]
+            self._everything = SetSearcher(
+                [p.searcher for p in served], embedder, notes, names=names
+            )
+        return self._everything
+
     def get(self, name: str | None) -> Served:
         """The pack called ``name``; the only pack when ``name`` is empty and there is one."""
         if not name:
@@ -203,6 +221,20 @@ class Library:
         refuse: bool = True,
     ) -> SearchResponse:
         check_query(query, k, mode)
+        if pack == ALL:
+            everything = self.everything()
+            with contextlib.ExitStack() as held:
+                for p in self.packs.values():  # always in this order: no deadlock
+                    held.enter_context(p.lock)
+                return everything.search(  # type: ignore[no-any-return]
+                    query,
+                    k=k,
+                    mode=mode,
+                    doc=doc and glob.escape(doc),
+                    kind=kind,
+                    section=section,
+                    refuse=refuse,
+                )
         p = self.get(pack)
         # a document filter is an exact name from the pack, so glob characters in it are literal
         doc_glob = glob.escape(doc) if doc else None

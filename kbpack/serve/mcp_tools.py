@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from kbpack import __version__
+from kbpack.commands.common import SCHEMA
 from kbpack.errors import KbpackError, UsageError
 from kbpack.search import MODES, locator
 from kbpack.serve.library import MAX_K, MAX_QUERY_CHARS, Library
@@ -76,7 +77,7 @@ def search_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
     resp = library.search(
         name, str(args["query"]), k=int(args.get("k", 5)), mode=str(args.get("mode", "hybrid"))
     )
-    return {"pack": library.get(name).name, **resp.as_dict()}
+    return {"schema": SCHEMA, "command": "query", "pack": library.get(name).name, **resp.as_dict()}
 
 
 def read_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:

@@ -21,10 +21,11 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from kbpack import __version__
+from kbpack.commands.common import SCHEMA
 from kbpack.errors import KbpackError, UsageError
 from kbpack.lexical import tokenize
 from kbpack.serve.guard import Guard
-from kbpack.serve.library import MAX_K, Document, Library, NotFound, check_query
+from kbpack.serve.library import ALL, MAX_K, Document, Library, NotFound, check_query
 
 MODE_LABELS = {"hybrid": "hybrid", "bm25": "exact words", "dense": "meaning"}
 PAGE_K = 10
@@ -147,7 +148,9 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             )
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse({"pack": library.get(q.get("pack")).name, **resp.as_dict()})
+        name = q.get("pack")
+        label = ALL if name == ALL else library.get(name).name
+        return JSONResponse({**shape("query"), "pack": label, **resp.as_dict()})
 
     def api_doc(request: Request) -> Response:
         q = request.query_params
@@ -156,7 +159,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             span = hit_span(doc, q.get("from"), q.get("to")) or (0, len(doc.text))
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse(document_json(doc, *span))
+        return JSONResponse({**shape("serve"), **document_json(doc, *span)})
 
     def api_inspect(request: Request) -> Response:
         from kbpack.commands.inspect import describe
@@ -165,10 +168,14 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             p = library.get(request.query_params.get("pack"))
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse({"pack": p.name, "verify": p.verify, **describe(p.path)})
+        return JSONResponse(
+            {**shape("inspect"), "pack": p.name, "verify": p.verify, **describe(p.path)}
+        )
 
     def api_packs(_: Request) -> Response:
-        return JSONResponse({"packs": [pack_json(p) for p in library.packs.values()]})
+        return JSONResponse(
+            {**shape("serve"), "packs": [pack_json(p) for p in library.packs.values()]}
+        )
 
     def not_found(request: Request, exc: Exception | None) -> Response:
         return PlainTextResponse("not found\n", status_code=404)
@@ -189,6 +196,11 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def shape(command: str) -> dict[str, Any]:
+    """The envelope of spec/JSON.md: ``command`` names the CLI command whose keys follow."""
+    return {"schema": SCHEMA, "command": command}
+
+
 def http_status(e: KbpackError) -> int:
     if isinstance(e, NotFound):
         return 404

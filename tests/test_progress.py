@@ -1,0 +1,90 @@
+"""Progress: on a terminal it moves at least every second and gives an ETA from tokens; piped
+or --quiet it prints nothing; the build summary's peak memory counts the extraction worker."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from kbpack.cli import main
+from kbpack.progress import Progress, duration
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def draws(stream: io.StringIO) -> list[str]:
+    return [x.strip() for x in stream.getvalue().split("\r") if x.strip()]
+
+
+def test_the_ticker_redraws_while_nothing_is_reported() -> None:
+    term = Terminal()
+    p = Progress(stream=term, tick_s=0.02)
+    p.update("building", 1, 8, unit="documents")
+    deadline = time.monotonic() + 30  # generous: only the count of redraws is asserted
+    while len(draws(term)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.done()
+    assert len(draws(term)) >= 3 and all(
+        d.startswith("building   1/8 documents") for d in draws(term)
+    )
+    assert term.getvalue().endswith("\r")  # the line is wiped at the end
+    n = len(draws(term))
+    time.sleep(0.1)
+    assert len(draws(term)) == n  # the ticker stopped with done()
+
+
+def test_eta_from_tokens_counts_down() -> None:
+    term = Terminal()
+    p = Progress(stream=term, tick_s=3600)
+    p.source_bytes_total = 1000
+    p._t0 -= 10  # ten seconds into the build (no sleeping in tests)
+    p.building(1, 4, 250, chunks=0)
+    p.embedding(chunks=10, tokens=500)
+    p._last = 0.0  # past the redraw throttle (10 per second)
+    p.building(2, 4, 250, chunks=10)  # 500 tokens in 10 s, half the bytes read
+    # left: 500 tokens per 500 bytes x 500 bytes = 500 tokens, at 50 tokens/s = 10 s
+    last = draws(term)[-1]
+    assert "10 chunks embedded (500 tokens)" in last and "ETA ~10s" in last, last
+    p.done()
+
+
+def test_disabled_progress_writes_nothing() -> None:
+    stream = io.StringIO()  # not a TTY: a pipe or a file
+    p = Progress(stream=stream)
+    p.update("building", 1, 2)
+    p.embedding(3, 30)
+    p.building(2, 2, 10, 3)
+    p.done()
+    assert stream.getvalue() == "" and p._ticker is None
+
+
+def test_duration() -> None:
+    assert [duration(s) for s in (0, 59.4, 61, 3599, 3720)] == [
+        "0s",
+        "59s",
+        "1m01s",
+        "59m59s",
+        "1h02m",
+    ]
+
+
+def test_piped_build_is_quiet_and_reports_the_worker(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# A\n\nsome text to index\n")
+    out = tmp_path / "a.kbpack"
+    with pytest.raises(SystemExit) as e:
+        main(["build", str(src), "-o", str(out), "--no-vectors", "--json"])
+    stdout, stderr = capfd.readouterr()
+    assert e.value.code == 0 and stderr == ""  # stderr is not a terminal here: no progress
+    report = json.loads(stdout)
+    assert report["peak_rss_mb"] > 0 and report["peak_rss_workers_mb"] > 0
