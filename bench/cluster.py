@@ -44,8 +44,11 @@ def run_build(src: Path, out: Path, extra: list[str]) -> dict[str, Any]:
 
 
 def agreement(a: Path, b: Path) -> float:
+    """The smallest cosine between a chunk's vector in one pack and in the other."""
     with PackReader(a) as x, PackReader(b) as y:
-        return float(np.min(np.sum(x.vectors() * y.vectors(), axis=1)))
+        u, v = x.vectors(), y.vectors()
+    cos = np.sum(u * v, axis=1) / (np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1))
+    return float(np.min(cos))
 
 
 def main() -> int:

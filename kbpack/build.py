@@ -23,6 +23,7 @@ from kbpack.extract import Limits, discover, extract_all
 from kbpack.extract.discover import Discovery
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
+from kbpack.pieces import Piece, piece_texts, pieces_of
 from kbpack.progress import Progress, peak_rss_mb
 from kbpack.shards import in_shard
 
@@ -48,6 +49,9 @@ class BuildOptions:
     # None: the model family's default (kbpack/model/prefixes.py); "" turns a default off.
     query_prefix: str | None = None
     doc_prefix: str | None = None
+    # also embed sentence pieces of each chunk (kbpack/pieces.py); None: update keeps the old
+    # pack's choice
+    pieces: bool | None = False
 
 
 @dataclass
@@ -186,9 +190,8 @@ def build_from(
     problems: list[dict[str, str]] = []
     tokens_embedded = 0
     header_tokens = 0
-    # Documents waiting for the next embedding batch: (doc, chunks, texts to embed, or the
-    # vectors a reuse hook supplied).
-    pending: list[tuple[Document, list[Any], list[str], np.ndarray | None]] = []
+    # Documents waiting for the next embedding batch.
+    pending: list[_Pending] = []
     n_docs = 0
     n_reused = 0
     n_embedded = 0  # texts that went through the model (not taken from known_vectors)
@@ -196,6 +199,7 @@ def build_from(
     identity = embedder.stamp if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
     chunking = {"window": config.window, "max_chars": config.max_chars, "overlap": config.overlap}
+    with_pieces = bool(opts.pieces) and embedder is not None
     with PackWriter(
         opts.out,
         model=identity,
@@ -205,34 +209,37 @@ def build_from(
         manifest_extra=(
             {"shard": {"index": opts.shard[0], "count": opts.shard[1]}} if opts.shard else None
         ),
+        pieces=with_pieces,
     ) as writer:
 
         def flush() -> None:
             nonlocal t, n_embedded
-            texts = [s for _, _, embedded, _ in pending for s in embedded]
-            fresh: np.ndarray | None = None
+            # one model call for the batch: chunk texts, then piece texts
+            texts = [s for p in pending for s in p.embedded] + [
+                s for p in pending for s in p.piece_texts
+            ]
+            fresh = np.zeros((0, embedder.dims if embedder else 0), np.float32)
             if embedder and texts:
                 progress.embedding(
-                    len(texts), sum(c.tokens for _, cs, e, _ in pending if e for c in cs)
+                    len(texts), sum(c.tokens for p in pending if p.embedded for c in p.chunks)
                 )
                 fresh, n = _embed(embedder, texts, known_vectors)
                 n_embedded += n
             t = timer.add("embed", t)
             at = 0
-            for doc, chunks, embedded, given in pending:
-                block = given
-                if block is None and embedder:
-                    n = len(embedded)
-                    block = (
-                        fresh[at : at + n]
-                        if fresh is not None
-                        else np.zeros((0, embedder.dims), np.float32)
-                    )
-                    at += n
+            for p in pending:
+                if p.given is None and embedder:
+                    p.given = fresh[at : at + len(p.embedded)]
+                    at += len(p.embedded)
+            for p in pending:
+                piece_vectors = None
+                if with_pieces:
+                    piece_vectors = fresh[at : at + len(p.piece_texts)]
+                    at += len(p.piece_texts)
                 first = writer.n_chunks
-                writer.add_document(doc, chunks, block)
-                for i, c in enumerate(chunks):
-                    postings.add(first + i, doc.text[c.start : c.end])
+                writer.add_document(p.doc, p.chunks, p.given, p.pieces, piece_vectors)
+                for i, c in enumerate(p.chunks):
+                    postings.add(first + i, p.doc.text[c.start : c.end])
             pending.clear()
             t = timer.add("index", t)
 
@@ -266,9 +273,15 @@ def build_from(
                             header_cost[h] = count(h) - specials
                         header_tokens += header_cost[h]
                         tokens_embedded += c.tokens
+            item = _Pending(doc, chunks, embedded, given)
+            if with_pieces and chunks:
+                heads = [header(doc.title, section_path(doc, c.section)) for c in chunks]
+                item.pieces = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
+                item.piece_texts = piece_texts(doc.text, heads, item.pieces)
             t = timer.add("chunk", t)
-            pending.append((doc, chunks, embedded, given))
-            if sum(len(e) for _, _, e, _ in pending) >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
+            pending.append(item)
+            waiting = sum(len(p.embedded) + len(p.piece_texts) for p in pending)
+            if waiting >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
                 flush()
                 progress.building(n_docs, total, 0, writer.n_chunks)
         flush()
@@ -301,6 +314,19 @@ def build_from(
         links_not_followed=found.links_not_followed if found else 0,
         links_followed=found.links_followed if found else 0,
     )
+
+
+@dataclass
+class _Pending:
+    """A document waiting for the next embedding batch: its chunks, the texts to embed for them
+    (or ``given``: vectors a reuse hook supplied), and its pieces with their texts."""
+
+    doc: Document
+    chunks: list[Any]
+    embedded: list[str]
+    given: np.ndarray | None
+    pieces: list[Piece] = field(default_factory=list)
+    piece_texts: list[str] = field(default_factory=list)
 
 
 def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple[np.ndarray, int]:

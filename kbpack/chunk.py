@@ -1,7 +1,8 @@
 """Document -> chunks with [start, end) offsets into the canonical text.
 
 A chunk lies inside the *own text* of one section (its span minus its child sections' spans),
-so it never crosses a section boundary. Inside a section, whole blocks (paragraphs, fenced code
+so it never crosses a section boundary. A section whose own text is only its heading (and its
+number) gets no chunk when it has subsections: their headers carry its title. Inside a section, whole blocks (paragraphs, fenced code
 blocks, tables) are packed greedily up to the budget. A block alone over budget is split at the
 next finer level that the budget allows: prose at sentences, code and tables at lines; then
 lines, then words; as the last resort inside a word (reported in ``ChunkResult.problems``).
@@ -128,10 +129,48 @@ def chunk_document(
             children[s.parent].append(i)
     for i in range(len(doc.sections)):
         segments = _own_segments(doc, i, children[i])
-        if any(doc.text[a:b].strip() for a, b in segments):
+        if any(doc.text[a:b].strip() for a, b in segments) and not (
+            children[i] and _only_heading(doc, i, segments)
+        ):
             chunker.section(i, segments)
     chunks = sorted(chunker.chunks, key=lambda c: (c.start, c.end))
     return ChunkResult(chunks=chunks, problems=chunker.problems)
+
+
+# What may stand before a heading's title: Markdown's marker, its number ("2.1", "3.2.",
+# "A.1", "Chapter 4:"); and after it: Markdown's closing hashes or setext underline.
+_BEFORE_TITLE = re.compile(
+    r"(?:#{1,6}\s+)?(?:(?:chapter\s+)?(?:\d+|[a-z])(?:\.\d+)*[.:]?\s+)?", re.I
+)
+_AFTER_TITLE = re.compile(r"\s+(?:#+|=+|-+)$")
+
+
+def _only_heading(doc: Document, idx: int, segments: list[tuple[int, int]]) -> bool:
+    """True when a section's own text is nothing but its heading (its number and markup
+    allowed): a chunk of it would be a title alone, and the header of every chunk of its
+    subsections carries that title already."""
+    if idx == 0:
+        return False
+    own = " ".join(" ".join(doc.text[a:b].split()) for a, b in segments).casefold()
+    own = _AFTER_TITLE.sub("", own)
+    title = " ".join(doc.sections[idx].title.split()).casefold()
+    if not title or not own.endswith(title):
+        return False
+    return _BEFORE_TITLE.fullmatch(own[: len(own) - len(title)]) is not None
+
+
+def title_only_sections(doc: Document) -> set[int]:
+    """Sections that get no chunk: subsections below, and nothing of their own but the
+    heading (see the module docstring)."""
+    children: list[list[int]] = [[] for _ in doc.sections]
+    for i, s in enumerate(doc.sections):
+        if 0 <= s.parent < len(doc.sections) and s.parent != i:
+            children[s.parent].append(i)
+    return {
+        i
+        for i in range(len(doc.sections))
+        if children[i] and _only_heading(doc, i, _own_segments(doc, i, children[i]))
+    }
 
 
 def _check_config(config: ChunkConfig) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from kbpack.document import Document
 from kbpack.errors import UsageError
 from kbpack.extract import Candidate, Limits, discover, extract_all
 from kbpack.extract.common import blank_document, failed
+from kbpack.pieces import piece_texts, pieces_of
 from kbpack.progress import Progress
 from kbpack.shards import in_shard
 
@@ -61,6 +62,9 @@ class Processed:
     problems: list[str]
     tokens: int  # model tokens embedded (header and content, specials included)
     header_tokens: int
+    # --pieces: each piece's embedded text -> its vector (the client cuts the same pieces and
+    # takes their vectors from here through build_from's known_vectors hook)
+    piece_vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _embedder(
@@ -98,6 +102,7 @@ def process_batch(
     max_chars: int | None,
     overlap: int,
     prefixes: tuple[str | None, str | None] = (None, None),
+    pieces: bool = False,
 ) -> list[Processed]:
     """Run on a worker: extract (in kbpack's time-limited child process), chunk and embed, as
     ``build.build_from`` does (the document prefix counts against the window)."""
@@ -113,6 +118,7 @@ def process_batch(
     specials = count("") if count else 0
     out: list[Processed] = []
     texts: list[str] = []
+    extra: list[tuple[Processed, list[str]]] = []  # piece texts of each document
     for doc in extract_all(list(batch), limits):
         chunks: list[Any] = []
         problems: list[str] = []
@@ -127,7 +133,18 @@ def process_batch(
                     header_tokens += count(h) - specials
                     tokens += c.tokens
         out.append(Processed(doc, chunks, None, problems, tokens, header_tokens))
+        if pieces and embedder is not None and chunks:
+            heads = [header(doc.title, section_path(doc, c.section)) for c in chunks]
+            cut = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
+            extra.append((out[-1], piece_texts(doc.text, heads, cut)))
     if embedder is not None:
+        more = [t for _, ts in extra for t in ts]
+        if more:
+            vectors = np.asarray(embedder.embed_documents(more), dtype=np.float32)
+            at = 0
+            for p, ts in extra:
+                p.piece_vectors = dict(zip(ts, vectors[at : at + len(ts)], strict=True))
+                at += len(ts)
         block = np.asarray(embedder.embed_documents(texts), dtype=np.float32) if texts else None
         at = 0
         for p in out:
@@ -157,6 +174,7 @@ class _Results:
         self.header_tokens = 0
         self.embedded = 0
         self.crashed: list[str] = []
+        self.piece_vectors: dict[str, np.ndarray] = {}  # embedded text -> vector, until used
 
     def _submit(self, batch: list[Candidate]) -> Any:
         o = self.opts
@@ -170,6 +188,7 @@ class _Results:
             o.max_chars,
             o.overlap,
             (o.query_prefix, o.doc_prefix),
+            bool(o.pieces),
             pure=False,
         )
 
@@ -208,11 +227,16 @@ class _Results:
             future, batch = pending.popleft()
             for p in self._gather(future, batch):
                 self.by_name[p.doc.name] = p
+                self.piece_vectors.update(p.piece_vectors)
                 self.problems.extend({"name": p.doc.name, "problem": x} for x in p.problems)
                 self.tokens += p.tokens
                 self.header_tokens += p.header_tokens
                 self.embedded += len(p.chunks) if p.vectors is not None else 0
                 yield p.doc
+
+    def known(self, text: str) -> np.ndarray | None:
+        """A piece's vector the workers computed (each is taken once)."""
+        return self.piece_vectors.pop(text, None)
 
     def reuse(self, doc: Document) -> tuple[list[Any], np.ndarray | None] | None:
         p = self.by_name.pop(doc.name, None)
@@ -267,6 +291,7 @@ def cluster_build(
                     replace(opts, threads=1),
                     progress,
                     reuse=results.reuse,
+                    known_vectors=results.known if opts.pieces else None,
                     found=found,
                 )
         finally:

@@ -49,7 +49,7 @@ class Document:
     source_size: int
     source_sha256: str
     title: str
-    extractor: str  # "<format>/<library> <library version>", e.g. "pdf/pypdf 7.1.0"
+    extractor: str  # "<format>/<library> <library version>", e.g. "pdf/pypdfium2 5.15.2"
     extractor_version: int  # kbpack's own logic version for this format; bump when it changes
     status: Status = "ok"
     reason: str = ""

@@ -135,8 +135,10 @@ class SetSearcher(Searcher):
         return sum(m.doc_freq(term) for m in self.members)
 
     # -- dense ---------------------------------------------------------------------------------
-    def _similarities(self, q: np.ndarray) -> np.ndarray:
-        return np.concatenate([m.r.vectors() @ q for m in self.members])
+    def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # each pack scores its own chunks (with its pieces, if it has them)
+        parts = [m._scores(q) for m in self.members]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     # -- filters, gate, thresholds, citations --------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from kbpack.errors import UsageError
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.pack.write import PackWriter, temp_path_for
+from kbpack.pieces import Piece
 from kbpack.progress import Progress
 from kbpack.restore import PackContents
 
@@ -89,7 +92,15 @@ def check_compatible(readers: Sequence[PackReader]) -> None:
                 f"{first.path} with {a[F.M_NAME]} (sha256 {str(a[F.M_SHA256])[:12]}); vectors of "
                 "two models cannot share a pack: kbpack migrate one with the other's --model"
             )
+        if a is not None and b is not None and a != b:
+            # same weights, other prefixes (or another stamp): the vectors are not comparable
+            diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            raise UsageError(
+                f"{r.path}: its model stamp differs from {first.path}'s in {', '.join(diff)}; "
+                "vectors made with other prefixes cannot share a pack: rebuild one to match"
+            )
         for what, get in (
+            ("sentence pieces (build --pieces)", lambda x: x.has_pieces),
             ("pipeline version", lambda x: x.root_attrs.get(F.R_PIPELINE_VERSION)),
             ("chunking settings", lambda x: x.chunking),
             ("BM25 parameters", lambda x: x.bm25_params),
@@ -166,6 +177,7 @@ def merge_packs(
             dims=dims,
             gguf=gguf,
             chunking=first.chunking,
+            pieces=first.has_pieces,
             manifest_extra={"merged_from": records},
         ) as writer:
             _search_settings(readers, writer, notes)
@@ -195,10 +207,24 @@ def copy_document(
     doc = contents.document(row)
     chunks = contents.chunks(row)
     first = writer.n_chunks
-    writer.add_document(doc, chunks, contents.vectors(row))
+    pieces, piece_vectors = stored_pieces(contents, row) if writer.pieces else ([], None)
+    writer.add_document(doc, chunks, contents.vectors(row), pieces, piece_vectors)
     for k, ch in enumerate(chunks):
         postings.add(first + k, doc.text[ch.start : ch.end])
     contents.r.forget_text(row)
+
+
+def stored_pieces(contents: PackContents, row: int) -> tuple[list[Piece], np.ndarray]:
+    """Document ``row``'s sentence pieces (chunk indices local to the document) and their
+    vectors (float32, exact), as the pack stores them."""
+    r = contents.r
+    a, b = contents.chunk_range(row)
+    owner = r.column(F.PIECE_CHUNK)
+    lo, hi = (int(x) for x in np.searchsorted(owner, [a, b]))
+    start, end = r.column(F.PIECE_FROM), r.column(F.PIECE_TO)
+    pieces = [Piece(int(owner[k]) - a, int(start[k]), int(end[k])) for k in range(lo, hi)]
+    vectors = np.asarray(r.dataset(F.PIECE_DATA)[lo:hi], dtype=np.float32)
+    return pieces, vectors
 
 
 def _search_settings(readers: Sequence[PackReader], writer: PackWriter, notes: list[str]) -> None:

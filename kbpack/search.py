@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.dense import PieceIndex, chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
 from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tokenize, top_k
@@ -161,6 +162,8 @@ class Searcher:
         self._index: BM25Index | None = None
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
+        self._piece_index: PieceIndex | None = None
+        self._dense_cache: tuple[str, np.ndarray, np.ndarray] | None = None
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
         self.query_prefix = str(reader.model.get(F.M_QUERY_PREFIX, "")) if reader.model else ""
@@ -172,6 +175,7 @@ class Searcher:
         long-lived server pays for them once at start and not on its first requests."""
         if self.embedder is not None:
             self.r.vectors()
+            self._pieces()
         if self.r.counts.get("chunks", 0):
             self._bm25_queries = max(self._bm25_queries, 1)  # the next call bakes
             self._bm25("", None)
@@ -227,26 +231,40 @@ class Searcher:
     def dense_similarities(self, query: str) -> np.ndarray:
         """The query's dense score for every chunk (float32, one per chunk row), higher = closer.
 
-        The one place dense scores come from: ``_dense``, hybrid fusion and the refusal gate
-        (distance = 1 - similarity) all read it, so a finer vector level can change how a chunk
-        is scored (``_similarities``) and every caller follows.
+        The one place dense rankings come from: ``_dense`` and hybrid fusion read it. In a pack
+        with pieces it blends each chunk's cosine with its best piece's (``kbpack/dense.py``);
+        otherwise it is the cosine. The refusal gate reads ``dense_distances`` instead.
         """
-        return self._similarities(self._query_vector(query))
+        return self._dense_pair(query)[0]
 
-    def _similarities(self, q: np.ndarray) -> np.ndarray:
-        """Cosine similarity of the unit query vector to every chunk."""
-        sims: np.ndarray = self.r.vectors() @ q
-        return sims
+    def dense_distances(self, query: str) -> np.ndarray:
+        """Cosine distance of the query to every chunk's own vector: what the refusal threshold
+        (and calibration) reads, with or without pieces."""
+        return 1.0 - self._dense_pair(query)[1]
+
+    def _dense_pair(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """(dense score, chunk cosine) of every chunk, computed once per query string."""
+        if self._dense_cache is None or self._dense_cache[0] != query:
+            score, cos = self._scores(self._query_vector(query))
+            self._dense_cache = (query, score, cos)
+        return self._dense_cache[1], self._dense_cache[2]
+
+    def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dense score, cosine) of the unit query vector for every chunk of this pack."""
+        return chunk_scores(self.r.vectors(), q, self._pieces())
+
+    def _pieces(self) -> PieceIndex | None:
+        """The pack's piece vectors grouped by chunk, loaded once; None in a pack without."""
+        if self._piece_index is None and self.r.has_pieces:
+            self._piece_index = PieceIndex.from_columns(
+                self.r.piece_vectors(), self.r.column(F.PIECE_CHUNK)
+            )
+        return self._piece_index
 
     def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The dense top ``CANDIDATES``: (chunk ids, cosine distances), best first."""
-        sims = self.dense_similarities(query)
-        top = _top_similar(sims, mask)
-        return top, 1.0 - sims[top]
-
-    def dense_distances(self, query: str) -> np.ndarray:
-        """Cosine distance of the query to every chunk (for calibration and tests)."""
-        return 1.0 - self.dense_similarities(query)
+        top = _top_similar(self.dense_similarities(query), mask)
+        return top, self.dense_distances(query)[top]
 
     # -- filters -----------------------------------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
@@ -334,7 +352,9 @@ class Searcher:
             ordered = [(int(c), float(sims[c])) for c in de_ids]
         else:
             ordered = [(int(c), float(x)) for c, x in zip(bm_ids, bm_scores, strict=True)]
-        dist = {} if sims is None else {c: float(1.0 - sims[c]) for c, _ in ordered}
+        # the refusal distance is the chunk's own (with pieces it differs from 1 - score)
+        distances = None if sims is None else self.dense_distances(query)
+        dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
         gate = self.identifier_gate(query) if (refuse and mode_used == "hybrid") else None
         words = set(content_terms(query))
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kbpack.errors import UsageError
 from kbpack.lexical import PostingsBuilder
 from kbpack.merge import copy_document
@@ -94,8 +96,13 @@ class _Estimator:
         text = len(self.r.text(row).encode("utf-8"))
         self.r.forget_text(row)
         tokens = int(self.doc_len[a:b].sum())
+        pieces = 0
+        if self.r.has_pieces:
+            owner = self.r.column(F.PIECE_CHUNK)
+            pieces = int(np.searchsorted(owner, b) - np.searchsorted(owner, a))
         return int(
-            text
+            pieces * (20 + 2 * self.dims)  # piece rows and their float16 vectors
+            + text
             + 16 * _PER_ROW_STRING  # the document's string columns
             + 512  # their content (names, hashes, extractor, warnings)
             + sections * (25 + _PER_ROW_STRING + 64)
@@ -198,6 +205,7 @@ def _write_member(
         gguf=gguf,
         created=r.manifest.created,
         chunking=r.chunking,
+        pieces=r.has_pieces,
         manifest_extra={"set": {"id": set_id, "index": index, "count": 0}},
     ) as w:
         s = r.search_defaults

@@ -149,6 +149,7 @@ class _Reuse:
         self.contents = contents
         self.waiting: dict[str, tuple[Document, int]] = {}  # name -> (restored doc, old row)
         self.by_text: dict[bytes, int] = {}  # SHA-256 of embedded text -> old chunk row
+        self.by_piece: dict[bytes, int] = {}  # SHA-256 of a piece's embedded text -> old piece row
 
     def restored(self, row: int, candidate: Candidate) -> Document:
         doc = replace(self.contents.document(row), source_path=str(candidate.path))
@@ -173,9 +174,30 @@ class _Reuse:
                 text = embedded_text(h, doc.text[ch.start : ch.end])
                 self.by_text[hashlib.sha256(text.encode("utf-8")).digest()] = first + k
 
+    def index_pieces(self) -> None:
+        """Remember the vector of every old piece by its embedded text: pieces are cut afresh
+        from the new chunks, and a piece whose text is unchanged keeps its vector."""
+        r = self.contents.r
+        chunk = r.column(F.PIECE_CHUNK)
+        start, end = r.column(F.PIECE_FROM), r.column(F.PIECE_TO)
+        doc_of, sec_of = r.column(F.CHUNK_DOCUMENT), r.column(F.CHUNK_SECTION)
+        titles = r.strings(F.DOC_TITLE)
+        heads: dict[int, str] = {}
+        for row in range(len(chunk)):
+            c = int(chunk[row])
+            d, sec = int(doc_of[c]), int(sec_of[c])
+            if sec not in heads:
+                heads[sec] = header(titles[d], r.section_path(sec))
+            text = embedded_text(heads[sec], r.text(d)[int(start[row]) : int(end[row])])
+            self.by_piece[hashlib.sha256(text.encode("utf-8")).digest()] = row
+
     def vector(self, text: str) -> np.ndarray | None:
-        row = self.by_text.get(hashlib.sha256(text.encode("utf-8")).digest())
-        return None if row is None else self.contents.vector(row)
+        key = hashlib.sha256(text.encode("utf-8")).digest()
+        row = self.by_text.get(key)
+        if row is not None:
+            return self.contents.vector(row)
+        row = self.by_piece.get(key)
+        return None if row is None else self.contents.r.piece_vectors()[row]
 
 
 def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
@@ -190,6 +212,8 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
             # not given on the command line: chunk as the old pack was chunked
             recorded = reader.chunking
             opts = replace(opts, max_chars=recorded["max_chars"], overlap=recorded["overlap"])
+        if opts.pieces is None:  # neither --pieces nor --no-pieces: as the old pack
+            opts = replace(opts, pieces=reader.has_pieces)
         contents = PackContents(reader)
         opts, model_sha = with_pack_model(reader, opts)
         hooks = _Reuse(contents)
@@ -201,6 +225,8 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
             rest = [i for i in contents if i not in kept and ok[i] == "ok"]
             if reader.has_vectors and rest:
                 hooks.index_vectors(rest)
+            if opts.pieces and reader.has_pieces:
+                hooks.index_pieces()
         documents = _documents(skipped, candidates, rows, hooks, opts)
         return build_from(
             documents,
@@ -208,7 +234,7 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
             opts,
             progress,
             reuse=hooks.document,
-            known_vectors=hooks.vector if hooks.by_text else None,
+            known_vectors=hooks.vector if (hooks.by_text or hooks.by_piece) else None,
             found=found,
         )
 

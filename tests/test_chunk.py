@@ -20,6 +20,7 @@ from kbpack.chunk import (
     embedded_text,
     header,
     section_path,
+    title_only_sections,
 )
 from kbpack.document import Document, Page, Section
 from kbpack.errors import UsageError
@@ -75,9 +76,14 @@ def contents(doc: Document, result: ChunkResult) -> list[str]:
     return [doc.text[c.start : c.end] for c in result.chunks]
 
 
+def title_only(doc: Document) -> set[int]:
+    """Positions of sections whose own text is only their heading: no chunk holds them."""
+    return {p for i in title_only_sections(doc) for p in own_ranges(doc, i)}
+
+
 def check_invariants(doc: Document, result: ChunkResult, window: int | None) -> None:
     text = doc.text
-    covered: set[int] = set()
+    covered: set[int] = title_only(doc)
     prev_end = 0
     for c in result.chunks:
         content = text[c.start : c.end]
@@ -142,7 +148,7 @@ def test_invariants_hold_without_a_tokenizer(text: str, max_chars: int) -> None:
     result = chunk_document(doc, None, ChunkConfig(window=None, max_chars=max_chars))
     for c in result.chunks:
         assert c.tokens == 0 and c.end - c.start <= max_chars
-    covered = {p for c in result.chunks for p in range(c.start, c.end)}
+    covered = {p for c in result.chunks for p in range(c.start, c.end)} | title_only(doc)
     assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
 
 
@@ -151,7 +157,7 @@ def test_invariants_hold_without_a_tokenizer(text: str, max_chars: int) -> None:
 def test_overlap_repeats_units_and_still_covers_everything(text: str, overlap: int) -> None:
     doc = make_doc(text)
     result = chunk_document(doc, count, ChunkConfig(window=48, overlap=overlap))
-    covered = {p for c in result.chunks for p in range(c.start, c.end)}
+    covered = {p for c in result.chunks for p in range(c.start, c.end)} | title_only(doc)
     assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
     assert all(c.tokens <= 48 for c in result.chunks)
     starts = [c.start for c in result.chunks]
@@ -159,6 +165,23 @@ def test_overlap_repeats_units_and_still_covers_everything(text: str, overlap: i
 
 
 # -- structure -------------------------------------------------------------------------------
+
+
+def test_a_heading_alone_before_its_subsections_is_no_chunk() -> None:
+    text = (
+        "# 2 Applying\n\n## 2.1 Getting started\n\nRead the guide.\n\n"
+        "## Empty\n\n## 2.2 Mentors\n\nAsk a mentor.\n\n### Sub\n\nDeeper text."
+    )
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=256))
+    assert contents(doc, result) == [
+        "## 2.1 Getting started\n\nRead the guide.",
+        "## Empty",  # no subsections: its heading is all there is of it, kept
+        "## 2.2 Mentors\n\nAsk a mentor.",
+        "### Sub\n\nDeeper text.",
+    ]
+    assert title_only_sections(doc) == {1}  # "# 2 Applying": its title is in every header
+    assert section_path(doc, result.chunks[0].section) == ["2 Applying", "2.1 Getting started"]
 
 
 def test_whole_paragraphs_are_packed_and_the_heading_opens_the_first_chunk() -> None:
@@ -250,8 +273,7 @@ def test_empty_sections_and_heading_only_documents() -> None:
     doc = make_doc(text)
     result = chunk_document(doc, count, ChunkConfig())
     assert [(c.section, doc.text[c.start : c.end]) for c in result.chunks] == [
-        (1, "# A"),
-        (2, "## B\n\nbody of b"),
+        (2, "## B\n\nbody of b"),  # "# A" alone: its title is in the headers below it
         (3, "## C"),
     ]
     assert section_path(doc, 2) == ["A", "B"]
@@ -350,7 +372,7 @@ def test_every_embedded_text_fits_the_real_model_window(tiny_embedder: Any, text
     doc = make_doc(text, title="T")
     for window in (embedder.window, 64):
         result = chunk_document(doc, embedder.count_tokens, ChunkConfig(window=window))
-        covered = {p for c in result.chunks for p in range(c.start, c.end)}
+        covered = {p for c in result.chunks for p in range(c.start, c.end)} | title_only(doc)
         assert all(ch.isspace() or i in covered for i, ch in enumerate(text))
         for c in result.chunks:
             h = header(doc.title, section_path(doc, c.section))

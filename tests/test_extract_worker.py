@@ -103,26 +103,33 @@ def test_extract_all_of_nothing_starts_no_worker() -> None:
     assert list(extract_all([])) == []
 
 
-def _slow_pdf(path: Path, operators: int) -> Path:
-    """A real, valid PDF whose one page draws the same glyph hundreds of thousands of times:
-    pypdf needs seconds of CPU to extract it (a stand-in for a pathological document)."""
-    content = b"BT /F1 1 Tf " + b"(a) Tj " * operators + b"ET"
+def _slow_pdf(path: Path, pages: int) -> Path:
+    """A real, valid PDF of ``pages`` pages that all draw one shared content stream of 120
+    lines: seconds of CPU to extract, in a small file (a stand-in for a pathological
+    document)."""
+    content = b"BT /F1 5 Tf 6 TL 40 760 Td " + b"(some words on a line) ' " * 120 + b"ET"
+    kids = b" ".join(b"%d 0 R" % (6 + i) for i in range(pages))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R "
-        b"/Resources << /Font << /F1 4 0 R >> >> >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+        b"<< >>",  # unused
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
     ]
+    objects += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R "
+        b"/Resources << /Font << /F1 4 0 R >> >> >>"
+    ] * pages
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))
         out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
     xref = len(out)
-    out += b"xref\n0 6\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size 6 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
+    n = len(objects) + 1
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % n
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (n, xref)
     path.write_bytes(bytes(out))
     return path
 
@@ -130,7 +137,7 @@ def _slow_pdf(path: Path, operators: int) -> Path:
 def test_a_hanging_parser_is_stopped_and_the_next_document_still_extracts(
     tmp_path: Path,
 ) -> None:
-    slow = _slow_pdf(tmp_path / "slow.pdf", 400_000)
+    slow = _slow_pdf(tmp_path / "slow.pdf", 2000)
     fine = ROOT / "docs" / "pypdf" / "README.md"
     candidates = [
         Candidate(slow, "slow.pdf", "pdf"),
@@ -185,7 +192,7 @@ def _cpu_seconds(pid: int) -> float:
 def test_a_worker_that_dies_costs_one_document(tmp_path: Path) -> None:
     """SIGKILL the worker while it is deep in a document (as the kernel's OOM killer would):
     that document is failed with stage 'crash', and a new worker extracts the next one."""
-    slow = _slow_pdf(tmp_path / "slow.pdf", 400_000)
+    slow = _slow_pdf(tmp_path / "slow.pdf", 2000)
     fine = ROOT / "docs" / "pypdf" / "README.md"
     killed: list[int] = []
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from packs import markdown_doc, write_pack
 from scale_corpus import PART_A, PART_B, assert_same_content, build_pack, write_folder
 
 from kbpack.cli import cli
@@ -120,3 +123,94 @@ def test_cli_merge_json_and_errors(packs: dict[str, Path], tmp_path: Path) -> No
         r.exit_code == 0
         and "merged       a.kbpack (3 documents), b.kbpack (2 documents)" in r.stdout
     )
+
+
+def test_packs_of_other_prefixes_are_refused(
+    packs: dict[str, Path], model: Path, tmp_path: Path
+) -> None:
+    src = write_folder(tmp_path / "p", {"zeta.md": "# Zeta\n\nNote.\n"})
+    other = build_pack(src, tmp_path / "p.kbpack", model, doc_prefix="passage: ")
+    with pytest.raises(UsageError, match=r"p.kbpack: its model stamp differs .* in doc_prefix"):
+        merge_packs([packs["a"], other], tmp_path / "x.kbpack")
+
+
+def test_inspect_shows_where_a_merged_pack_came_from(
+    packs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = merge_packs([packs["a"], packs["b"]], tmp_path / "ab.kbpack").path
+    r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
+    assert [s["file"] for s in json.loads(r.stdout)["provenance"]["merged_from"]] == [
+        "a.kbpack",
+        "b.kbpack",
+    ]
+    r = CliRunner().invoke(cli, ["inspect", str(out)])
+    assert "merged from  a.kbpack, b.kbpack" in r.stdout
+
+
+def long_doc(topic: str) -> str:
+    """One chunk of a dozen sentences: several pieces."""
+    body = " ".join(
+        f"Sentence {i} says the {topic} handler rotates logs at noon." for i in range(12)
+    )
+    return f"# {topic.title()}\n\n{body}\n"
+
+
+def write_with_pieces(out: Path, docs: dict[str, str]) -> Path:
+    """A pack with sentence pieces, chunked by characters; each vector a function of its text
+    (so that two packs holding the same text hold the same vectors)."""
+    from kbpack.chunk import ChunkConfig, chunk_document
+    from kbpack.lexical import PostingsBuilder
+    from kbpack.pack.write import PackWriter
+    from kbpack.pieces import pieces_of
+
+    def vec(text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+        rng = np.random.default_rng(seed)
+        v = rng.normal(size=8).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    stamp = {
+        "name": "test-model",
+        "sha256": "0" * 64,
+        "architecture": "bert",
+        "dims": 8,
+        "pooling": "mean",
+        "window": 256,
+        "normalize": "l2",
+        "llama_cpp_version": "test",
+    }
+    postings = PostingsBuilder()
+    with PackWriter(out, model=stamp, dims=8, pieces=True) as w:
+        for name in sorted(docs):
+            doc = markdown_doc(name, docs[name])
+            chunks = chunk_document(doc, None, ChunkConfig(window=None, max_chars=1000)).chunks
+            cut = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
+            first = w.n_chunks
+            w.add_document(
+                doc,
+                chunks,
+                np.array([vec(doc.text[c.start : c.end]) for c in chunks]),
+                cut,
+                np.array([vec(doc.text[p.start : p.end]) for p in cut]).reshape(-1, 8),
+            )
+            for k, c in enumerate(chunks):
+                postings.add(first + k, doc.text[c.start : c.end])
+        w.set_postings(postings.finish(w.n_chunks))
+        w.commit()
+    return out
+
+
+def test_merge_keeps_sentence_pieces(tmp_path: Path) -> None:
+    one = {"p1.md": long_doc("disk"), "p2.md": long_doc("queue")}
+    two = {"p3.md": long_doc("thread")}
+    a = write_with_pieces(tmp_path / "a.kbpack", one)
+    b = write_with_pieces(tmp_path / "b.kbpack", two)
+    u = write_with_pieces(tmp_path / "u.kbpack", {**one, **two})
+    out = merge_packs([a, b], tmp_path / "m.kbpack").path
+    with PackReader(out) as r:
+        assert r.has_pieces and r.counts["pieces"] > 0
+    assert_same_content(out, u)  # piece vectors bit for bit
+    plain = tmp_path / "c.kbpack"
+    write_pack(plain, [markdown_doc("z.md", "# Z\n\nNote.\n")], dims=8)
+    with pytest.raises(UsageError, match=r"c.kbpack: its sentence pieces \(build --pieces\)"):
+        merge_packs([a, plain], tmp_path / "x.kbpack")

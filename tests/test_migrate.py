@@ -171,7 +171,7 @@ def test_an_older_pipeline_is_rechunked_from_stored_text_reusing_vectors(
     )
     out = tmp_path / "p2.kbpack"
     report = migrate_json(str(pack_a), "-o", str(out), "--model", str(tiny_model))
-    assert report["pipeline"] == {"from": 1, "to": F.PIPELINE_VERSION}
+    assert report["pipeline"] == {"from": F.PIPELINE_VERSION - 1, "to": F.PIPELINE_VERSION}
     assert report["documents"]["rechunked"] == 2
     assert report["chunks"]["vectors_reused"] == report["chunks"]["after"]
     assert report["vectors_embedded"] == 0
@@ -296,11 +296,17 @@ def test_every_golden_pack_migrates_to_current_and_verifies(golden: Path, tmp_pa
     assert sha256(golden) == before
     code, d = run("diff", str(golden), str(out), "--json")[:2]
     version = read_header(golden).manifest.format_version
-    if version == F.FORMAT_VERSION:
-        assert code == 0
-    else:  # the format is the only difference: every document is unchanged
-        assert json.loads(d)["differences"] == [f"format version {version} -> {F.FORMAT_VERSION}"]
-        assert not any(json.loads(d)["documents"][k] for k in ("added", "removed", "changed"))
+    with PackReader(golden) as r:
+        pipeline = r.root_attrs[F.R_PIPELINE_VERSION]
+    expected = []
+    if version != F.FORMAT_VERSION:
+        expected.append(f"format version {version} -> {F.FORMAT_VERSION}")
+    if pipeline != F.PIPELINE_VERSION:
+        expected.append(f"pipeline version {pipeline} -> {F.PIPELINE_VERSION}")
+    assert code == (1 if expected else 0)
+    # the versions are the only difference: every document is unchanged
+    assert json.loads(d)["differences"] == expected
+    assert not any(json.loads(d)["documents"][k] for k in ("added", "removed", "changed"))
 
 
 # -- staleness (for inspect) -------------------------------------------------------------------

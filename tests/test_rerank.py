@@ -214,3 +214,37 @@ def test_model_import_and_info_of_a_cross_encoder(tmp_path: Path) -> None:
     code, stdout, _ = run("model", "info", str(out), "--json")
     record = json.loads(stdout)
     assert code == 0 and record["role"] == "reranker" and "query_prefix" not in record
+
+
+def test_eval_pairs_each_mode_with_itself_reranked(
+    pack: Path, cross_encoder: Path, tmp_path: Path
+) -> None:
+    import json
+
+    questions = tmp_path / "q.jsonl"
+    rows = [
+        {"id": "a", "query": "rotate the logs", "needle": "Logs grow without bound"},
+        {"id": "b", "query": "share a connection", "needle": "check_same_thread=False"},
+        {"id": "c", "query": "zlib archives", "needle": "ZIP_DEFLATED"},
+        {"id": "d", "query": "timezone offset", "needle": "%z in strftime"},
+    ]
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = str(pack.parent / "wide.gguf")
+    args = ["eval", str(pack), str(questions), "--mode", "hybrid", "-k", "1,5", "--ranks"]
+    args += ["--model", model, "--rerank", str(cross_encoder), "--rerank-top", "5", "--json"]
+    code, out, err = run(*args)
+    assert code == 0, err
+    report = json.loads(out)
+    assert set(report["modes"]) == {"hybrid", "hybrid+rerank"}
+    assert report["rerank"]["top"] == 5 and report["rerank"]["model"]["pooling"] == "rank"
+    (pair,) = [p for p in report["paired"] if p["subset"] == "all"]
+    assert (pair["a"], pair["b"]) == ("hybrid", "hybrid+rerank")
+    # reranking the top 5 reorders them and never changes which needles are in the top 5
+    plain, ranked = report["modes"]["hybrid"]["all"], report["modes"]["hybrid+rerank"]["all"]
+    assert plain["recall"]["5"] == ranked["recall"]["5"]
+    ranks = report["ranks"]
+    for q in rows:
+        a, b = ranks["hybrid"][q["id"]], ranks["hybrid+rerank"][q["id"]]
+        assert (a is None or a > 5) == (b is None or b > 5)
+    code, _, err = run(*args, "--against", str(pack))
+    assert code == 2 and "give one" in err

@@ -45,6 +45,12 @@ def build_options(f: Any) -> Any:
         ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
         click.option(
+            "--pieces/--no-pieces",
+            default=None,
+            help="Also embed sentence pieces of every chunk (finer dense matching, ~3.5x "
+            "vectors). Default: off for build; update keeps what the pack has.",
+        ),
+        click.option(
             "--include",
             multiple=True,
             metavar="GLOB",
@@ -163,6 +169,7 @@ def run_build_command(
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
     from kbpack.outpath import check_output
+    from kbpack.pieces import DEFAULT_PIECES
     from kbpack.progress import Progress
     from kbpack.shards import parse_shard
 
@@ -174,6 +181,9 @@ def run_build_command(
         raise click.UsageError("give either --workers or --scheduler, not both")
     # before any work: a long build must not end by refusing (or destroying) its output path
     out = check_output(out, inputs=sources, force=kw.pop("force"))
+    pieces = kw["pieces"]
+    if pieces is None and reuse is None:
+        pieces = DEFAULT_PIECES  # (update, given neither, keeps what the old pack has)
     opts = BuildOptions(
         sources=list(sources),
         out=out,
@@ -195,11 +205,14 @@ def run_build_command(
         shard=parse_shard(shard) if shard else None,
         query_prefix=kw["query_prefix"],
         doc_prefix=kw["doc_prefix"],
+        pieces=pieces,
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
         raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
+    if kw["pieces"] and not opts.vectors:
+        raise click.UsageError("--pieces needs vectors; drop --no-vectors")
     # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
     if split_size is not None:
         from kbpack.split import build_set, parse_size
@@ -292,6 +305,7 @@ def render_report(report: Any) -> str:
             if report.model
             else "-",
         ),
+        *([("pieces", f"{c['pieces']} piece vectors")] if "pieces" in c else []),
         ("terms", c["terms"]),
         ("time", stages),
         ("peak memory", peak_memory(report.peak_rss_mb, report.peak_rss_workers_mb)),

@@ -68,10 +68,36 @@ def _ensure_dense(pack: Any, modes: Sequence[str]) -> None:
         )
 
 
-def _ranks(pack: Any, questions: Sequence[E.Question], mode: str, depth: int) -> list[int | None]:
+RERANKED = "+rerank"  # suffix of a mode's name when the reranker reordered its results
+
+rerank_option = click.option(
+    "--rerank",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Cross-encoder GGUF: also measure each mode reranked, paired with it unreranked.",
+)
+rerank_top_option = click.option(
+    "--rerank-top",
+    type=click.IntRange(min=1),
+    default=25,
+    show_default=True,
+    help="How many results the reranker scores per question.",
+)
+
+
+def _ranks(
+    pack: Any,
+    questions: Sequence[E.Question],
+    mode: str,
+    depth: int,
+    reranker: Any | None = None,
+    rerank_top: int = 25,
+) -> list[int | None]:
+    """The rank of each question's needle in ``mode`` (reordered by ``reranker`` if given)."""
+    searcher = pack.searcher
+    searcher.reranker = reranker
     out = []
     for q in questions:
-        resp = pack.search(q.query, k=depth, mode=mode, refuse=False)
+        resp = pack.search(q.query, k=depth, mode=mode, refuse=False, rerank_top=rerank_top)
         out.append(E.hit_rank((r.content for r in resp.results), q.needle))
     return out
 
@@ -109,6 +135,8 @@ def _metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, Any]:
     help="Compare with another pack on the same questions (paired sign test).",
 )
 @click.option("--ranks", "show_ranks", is_flag=True, help="Also show each question's rank.")
+@rerank_option
+@rerank_top_option
 @model_option
 @threads_option
 @json_option
@@ -119,6 +147,8 @@ def eval_cmd(
     ks: str,
     against: Path | None,
     show_ranks: bool,
+    rerank: Path | None,
+    rerank_top: int,
     model: Path | None,
     threads: int | None,
     as_json: bool,
@@ -128,10 +158,14 @@ def eval_cmd(
     A question is found at rank r when the r-th result's content holds the whole needle (after
     NFKC and whitespace collapsing). Reports recall@k and MRR with 95% intervals, destroyed
     answers (needles no chunk holds whole), and paired sign tests: first mode vs each other
-    mode, or PACK vs --against for each mode.
+    mode, or PACK vs --against for each mode, or each mode vs itself reranked (--rerank).
     """
     import kbpack
 
+    if rerank is not None and against is not None:
+        raise click.UsageError(
+            "--rerank pairs each mode with itself reranked, --against pairs two packs: give one"
+        )
     cutoffs = _parse_ks(ks)
     qs = E.load_questions(questions)
     depth = max(cutoffs)
@@ -149,6 +183,17 @@ def eval_cmd(
             destroyed={"needles": len(gone_needles), "ids": [qs[i].id for i in gone]},
         )
         ranks = {m: _ranks(p, qs, m, depth) for m in run_modes}
+        if rerank is not None:
+            from kbpack.api import load_reranker
+
+            reranker = load_reranker(rerank, threads)
+            for m in list(run_modes):
+                ranks[m + RERANKED] = _ranks(p, qs, m, depth, reranker, rerank_top)
+            report["rerank"] = {"model": reranker.identity.as_dict(), "top": rerank_top}
+            reranker.close()
+    plain_modes = run_modes
+    if rerank is not None:
+        run_modes = [m for base in plain_modes for m in (base, base + RERANKED)]
     other: dict[str, list[int | None]] = {}
     if against is not None:
         with kbpack.open(str(against), model=model, threads=threads) as p2:
@@ -172,6 +217,8 @@ def eval_cmd(
                 for m in run_modes
             },
         }
+    elif rerank is not None:
+        comparisons = [(m, m + RERANKED, ranks[m], ranks[m + RERANKED]) for m in plain_modes]
     else:
         comparisons = [(run_modes[0], m, ranks[run_modes[0]], ranks[m]) for m in run_modes[1:]]
     report["paired"] = [

@@ -4,7 +4,7 @@
 worker process (a hung or crashing parser costs one document, recorded as failed);
 ``extract_file`` does one file in this process. Per format (see each module's docstring for
 the rules, the title order included): ``markdown`` (md), ``plaintext`` (txt, rst), ``html``,
-``pdf`` (pypdf), ``docx`` (python-docx). The canonical-text policy is in ``kbpack.text``.
+``pdf`` (pypdfium2), ``docx`` (python-docx). The canonical-text policy is in ``kbpack.text``.
 
 Document title, by format: Markdown and HTML, the first level-1 heading (HTML then
 ``<title>``); plain text, the first top-level underlined title; PDF, the metadata title unless

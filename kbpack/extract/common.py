@@ -32,7 +32,7 @@ MEDIA_TYPES: dict[str, str] = {
 
 # kbpack's own extraction logic per format: bump when a change alters text or structure, so
 # packs built with the older logic can be found and rebuilt.
-EXTRACTOR_VERSIONS: dict[str, int] = {"md": 1, "txt": 1, "html": 1, "pdf": 1, "docx": 1}
+EXTRACTOR_VERSIONS: dict[str, int] = {"md": 1, "txt": 1, "html": 1, "pdf": 2, "docx": 1}
 
 # The formats with no third-party parser are extracted by kbpack alone.
 _OWN = {"md", "txt", "html"}
@@ -85,7 +85,7 @@ def extractor_name(kind: str) -> str:
     if kind == "pdf":
         from importlib.metadata import version
 
-        return f"pdf/pypdf {version('pypdf')}"
+        return f"pdf/pypdfium2 {version('pypdfium2')}"
     if kind == "docx":
         from importlib.metadata import version
 

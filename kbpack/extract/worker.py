@@ -28,7 +28,7 @@ from kbpack.extract.common import blank_document, failed, file_identity
 from kbpack.extract.discover import Candidate
 from kbpack.extract.limits import Limits
 
-_START_TIMEOUT_S = 120.0  # importing pypdf and python-docx in a fresh interpreter
+_START_TIMEOUT_S = 120.0  # importing pypdfium2 and python-docx in a fresh interpreter
 _STOP_TIMEOUT_S = 5.0
 
 

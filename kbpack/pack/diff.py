@@ -67,7 +67,7 @@ class PackDiff:
     def as_dict(self) -> dict[str, Any]:
         counts = {
             k: {"old": self.old["counts"].get(k, 0), "new": self.new["counts"].get(k, 0)}
-            for k in F.COUNT_KEYS
+            for k in (*F.COUNT_KEYS, *F.OPTIONAL_COUNT_KEYS)
             if self.old["counts"].get(k, 0) != self.new["counts"].get(k, 0)
         }
         return {

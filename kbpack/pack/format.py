@@ -12,7 +12,7 @@ from typing import Any
 
 FORMAT_VERSION = 2  # 2: every dataset chunked with Fletcher-32, integer columns deflated
 FIRST_CHECKSUMMED_FORMAT = 2  # from this version a dataset without Fletcher-32 is refused
-PIPELINE_VERSION = 1  # bump when chunking or embedded-text rules change what a build produces
+PIPELINE_VERSION = 2  # 2: no chunk of a heading alone; bump when chunking or embedded-text rules change what a build produces
 
 # --- the user block (kbpack's own header, before the HDF5 superblock) -------------------------
 MAGIC = b"\x89KBPACK\n"  # 8 bytes; the high byte and newline catch text-mode transfers
@@ -42,6 +42,7 @@ VECTORS = "/vectors"
 MODEL = "/model"
 BM25 = "/bm25"
 SEARCH = "/search"
+PIECES = "/pieces"
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -82,6 +83,11 @@ CHUNK_TOKENS = "/chunks/tokens"
 
 VEC_DATA = "/vectors/data"
 MODEL_GGUF = "/model/gguf"
+
+PIECE_CHUNK = "/pieces/chunk"
+PIECE_FROM = "/pieces/from"
+PIECE_TO = "/pieces/to"
+PIECE_DATA = "/pieces/data"
 
 BM25_TERMS_BLOB = "/bm25/terms_blob"
 BM25_TERMS_OFFSETS = "/bm25/terms_offsets"
@@ -127,6 +133,11 @@ EMBEDDED_TEXT_RULE = (
     "whitespace collapsed, empty or repeated consecutive titles dropped, cut to 200 characters "
     "(spec/FORMAT.md 3.4)"
 )
+
+PIECE_RULE_ATTR = "piece_rule"
+PIECE_WEIGHT_ATTR = "weight"
+# The rule and weight live in kbpack/pieces.py (the code that applies them); the writer stamps
+# both on /pieces so a reader knows how the pieces were cut and how search scores them.
 
 SEARCH_MAX_DISTANCE = "max_distance"
 SEARCH_CALIBRATION = "calibration"  # JSON: threshold, rule, files, when
@@ -180,7 +191,12 @@ ELEMENTS: tuple[Element, ...] = (
     _ds(DOC_SOURCE_SIZE, "i8", "documents", "size of the source file in bytes"),
     _ds(DOC_SOURCE_SHA256, "str", "documents", "SHA-256 of the source file bytes, hex"),
     _ds(DOC_TITLE, "str", "documents", "document title (first H1, PDF/DOCX title, file name)"),
-    _ds(DOC_EXTRACTOR, "str", "documents", "extractor and library version, e.g. pdf/pypdf 7.1.0"),
+    _ds(
+        DOC_EXTRACTOR,
+        "str",
+        "documents",
+        "extractor and library version, e.g. pdf/pypdfium2 5.15.2",
+    ),
     _ds(DOC_EXTRACTOR_VERSION, "i4", "documents", "kbpack's extractor logic version"),
     _ds(DOC_STATUS, "str", "documents", "ok, failed or skipped"),
     _ds(DOC_REASON, "str", "documents", "one-line reason when failed or skipped, else empty"),
@@ -229,6 +245,29 @@ ELEMENTS: tuple[Element, ...] = (
     _ds(BM25_TF, "i4", "postings", "raw term frequency of each posting"),
     _ds(BM25_DOC_LEN, "i4", "chunks", "number of tokens in each chunk's content"),
     Element(SEARCH, "search-settings", "query defaults: refusal threshold and its provenance"),
+    Element(
+        PIECES,
+        "pieces",
+        "sentence pieces of each chunk ([from, to) inside it) and their unit vectors",
+        optional=True,
+    ),
+    _ds(PIECE_CHUNK, "i4", "pieces", "chunk row of the piece, ascending", optional=True),
+    _ds(
+        PIECE_FROM,
+        "i8",
+        "pieces",
+        "first code point of the piece (inside its chunk)",
+        optional=True,
+    ),
+    _ds(PIECE_TO, "i8", "pieces", "end (exclusive) of the piece", optional=True),
+    _ds(
+        PIECE_DATA,
+        "f2",
+        "pieces",
+        "one unit vector per piece row (float16): header + piece, embedded",
+        ndim=2,
+        optional=True,
+    ),
 )
 
 ELEMENT_BY_PATH = {e.path: e for e in ELEMENTS}
@@ -248,3 +287,5 @@ COUNT_KEYS = (
     "postings",
     "model_bytes",
 )
+# Counts present only in packs that hold the element they count (/pieces: build --pieces).
+OPTIONAL_COUNT_KEYS = ("pieces",)

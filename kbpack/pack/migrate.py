@@ -516,6 +516,7 @@ def _rebuild(
         query_prefix=prefixes.query if prefixes is not None else None,
         doc_prefix=prefixes.document if prefixes is not None else None,
         allow_empty=True,  # a migrated pack holds what the old one held, even nothing
+        pieces=reader.has_pieces,  # a pack with the piece level keeps it (re-embedded if new model)
     )
     result = build_from(
         _restored_documents(contents),

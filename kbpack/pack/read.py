@@ -281,16 +281,31 @@ class PackReader:
 
     def vectors(self) -> np.ndarray:
         """All vectors as float32 (searched in memory; float16 matmul is slow in numpy)."""
-        if "vectors:f32" not in self._cache:
-            with hdf5_errors(self.where, F.VEC_DATA):
-                ds = self.h5[F.VEC_DATA]
+        return self._float32(F.VEC_DATA)
+
+    def _float32(self, path: str) -> np.ndarray:
+        """A float16 matrix read in blocks into float32, once, and cached."""
+        key = f"{path}:f32"
+        if key not in self._cache:
+            with hdf5_errors(self.where, path):
+                ds = self.h5[path]
                 out = np.empty(ds.shape, dtype=np.float32)
                 step = 65536
                 for at in range(0, ds.shape[0], step):
                     out[at : at + step] = ds[at : at + step]
-            self._cache["vectors:f32"] = out
-        arr: np.ndarray = self._cache["vectors:f32"]
+            self._cache[key] = out
+        arr: np.ndarray = self._cache[key]
         return arr
+
+    @property
+    def has_pieces(self) -> bool:
+        """Whether the pack holds the sentence-piece vector level (``build --pieces``)."""
+        with hdf5_errors(self.where):
+            return self.has_vectors and F.PIECE_DATA in self.h5
+
+    def piece_vectors(self) -> np.ndarray:
+        """All piece vectors as float32 (searched in memory beside the chunk vectors)."""
+        return self._float32(F.PIECE_DATA)
 
     def chunk_content(self, chunk: int) -> str:
         doc = int(self.column(F.CHUNK_DOCUMENT)[chunk])

@@ -48,7 +48,8 @@ def check_bytes(path: Path, header: Header, actual: int, report: VerifyReport) -
         findings.append(
             Finding("header-damaged", HEADER, "bytes after the signature record are not zero")
         )
-    missing, unknown = set(F.COUNT_KEYS) - set(m.counts), set(m.counts) - set(F.COUNT_KEYS)
+    known = set(F.COUNT_KEYS) | set(F.OPTIONAL_COUNT_KEYS)
+    missing, unknown = set(F.COUNT_KEYS) - set(m.counts), set(m.counts) - known
     if missing or unknown:
         wrong = [f"lack {', '.join(sorted(missing))}"] if missing else []
         wrong += [f"name unknown {', '.join(sorted(unknown))}"] if unknown else []

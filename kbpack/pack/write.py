@@ -34,6 +34,7 @@ from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.storage import create_dataset
+from kbpack.pieces import PIECE_RULE, PIECE_WEIGHT
 
 BLOCK_ROWS = 65536
 
@@ -44,6 +45,12 @@ class ChunkLike(Protocol):
     end: int
     page: int | None
     tokens: int
+
+
+class PieceLike(Protocol):
+    chunk: int  # index into the document's chunks
+    start: int
+    end: int
 
 
 class PostingsLike(Protocol):
@@ -104,6 +111,7 @@ class PackWriter:
         created: str | None = None,
         chunking: Mapping[str, Any] | None = None,
         manifest_extra: Mapping[str, Any] | None = None,
+        pieces: bool = False,
     ) -> None:
         if (model is None) != (dims is None):
             raise ValueError(
@@ -119,13 +127,20 @@ class PackWriter:
         self.gguf = gguf
         self.chunking = dict(chunking) if chunking else None
         self.manifest_extra = dict(manifest_extra) if manifest_extra else {}  # e.g. merged_from
+        if pieces and not dims:
+            raise ValueError("pieces are a vector level: a BM25-only pack has none")
+        self.pieces = pieces
         self.created = created or created_now()
         self.tmp = temp_path_for(self.out)
         self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
         self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
+        self._piece_spool = self.tmp.with_name(self.tmp.name + ".pieces")
         self._state = "adding"
         self._text_f = open(self._text_spool, "wb")  # noqa: SIM115 - closed in commit/abort
         self._vec_f = open(self._vec_spool, "wb") if dims else None  # noqa: SIM115
+        self._piece_f = open(self._piece_spool, "wb") if pieces else None  # noqa: SIM115
+        self._piece = {k: _Column(t) for k, t in _PIECE_COLS.items()}
+        self._n_pieces = 0
         self._text_lens: list[int] = []
         self._docs: dict[str, list[Any]] = {k: [] for k in _DOC_STR + _DOC_INT}
         self._sec = {k: _Column(t) for k, t in _SEC_COLS.items()}
@@ -157,8 +172,11 @@ class PackWriter:
         doc: Document,
         chunks: Sequence[ChunkLike] = (),
         vectors: np.ndarray | None = None,
+        pieces: Sequence[PieceLike] = (),
+        piece_vectors: np.ndarray | None = None,
     ) -> int:
-        """Append one document with its sections, pages, chunks and (dense packs) vectors."""
+        """Append one document with its sections, pages, chunks, (dense packs) vectors and
+        (packs with pieces) the chunks' pieces and their vectors."""
         self._require("adding", "add a document")
         if doc.name in self._names:
             raise KbpackError(f"{doc.name}: two inputs have the same document name")
@@ -173,6 +191,16 @@ class PackWriter:
                 raise ValueError(
                     f"{doc.name}: expected vectors of shape {(n, self.dims)}, got {shape}"
                 )
+        if pieces and not self.pieces:
+            raise ValueError(f"{doc.name}: pieces given to a writer opened without pieces")
+        if self.pieces and self.dims:
+            n = len(pieces)
+            if piece_vectors is None or piece_vectors.shape != (n, self.dims):
+                shape = None if piece_vectors is None else piece_vectors.shape
+                raise ValueError(
+                    f"{doc.name}: expected piece vectors of shape {(n, self.dims)}, got {shape}"
+                )
+            _check_pieces(doc, chunks, pieces)
         row = len(self._text_lens)
         self._names.add(doc.name)
         text = doc.text.encode("utf-8")
@@ -220,6 +248,13 @@ class PackWriter:
         if self._vec_f is not None and vectors is not None and len(chunks):
             self._vec_f.write(np.ascontiguousarray(vectors, dtype="<f2").tobytes())
             self._n_vectors += len(chunks)
+        first = self._n_chunks - len(chunks)
+        if self._piece_f is not None and piece_vectors is not None and len(pieces):
+            self._piece["chunk"].extend([first + p.chunk for p in pieces])
+            self._piece["from"].extend([p.start for p in pieces])
+            self._piece["to"].extend([p.end for p in pieces])
+            self._piece_f.write(np.ascontiguousarray(piece_vectors, dtype="<f2").tobytes())
+            self._n_pieces += len(pieces)
         return row
 
     def set_postings(self, postings: PostingsLike) -> None:
@@ -252,6 +287,8 @@ class PackWriter:
             self._text_f.close()
             if self._vec_f is not None:
                 self._vec_f.close()
+            if self._piece_f is not None:
+                self._piece_f.close()
             elements, counts = self._write_hdf5()
             size, sha = hash_hdf5_bytes(self.tmp)
             manifest = Manifest(
@@ -284,7 +321,7 @@ class PackWriter:
         if self._state == "aborted":
             return
         self._state = "aborted"
-        for f in (self._text_f, self._vec_f):
+        for f in (self._text_f, self._vec_f, self._piece_f):
             if f is not None:
                 with contextlib.suppress(OSError):
                     f.close()
@@ -293,7 +330,7 @@ class PackWriter:
         self._cleanup_spools()
 
     def _cleanup_spools(self) -> None:
-        for p in (self._text_spool, self._vec_spool):
+        for p in (self._text_spool, self._vec_spool, self._piece_spool):
             with contextlib.suppress(OSError):
                 p.unlink(missing_ok=True)
 
@@ -325,6 +362,8 @@ class PackWriter:
             "postings": int(postings.chunk.size),
             "model_bytes": model_bytes,
         }
+        if self.pieces:
+            counts["pieces"] = self._n_pieces
         with h5py.File(
             self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")
         ) as h:
@@ -346,6 +385,8 @@ class PackWriter:
                     continue
                 if el.path in (F.VECTORS, F.MODEL) and not self.dims:
                     continue
+                if el.path == F.PIECES and not self.pieces:
+                    continue
                 g = h.create_group(el.path)
                 attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
                 if el.path == F.MODEL and self.model:
@@ -359,6 +400,16 @@ class PackWriter:
                         attrs[F.CHUNKING] = json.dumps(self.chunking, sort_keys=True)
                 elif el.path == F.SEARCH:
                     attrs.update(self._search)
+                elif el.path == F.PIECES:
+                    attrs.update(
+                        {
+                            F.PIECE_RULE_ATTR: PIECE_RULE,
+                            F.PIECE_WEIGHT_ATTR: PIECE_WEIGHT,
+                            "dims": self.dims,
+                            "normalisation": "l2",
+                            "stored_dtype": "float16",
+                        }
+                    )
                 elif el.path == F.VECTORS:
                     attrs.update(
                         {"dims": self.dims, "normalisation": "l2", "stored_dtype": "float16"}
@@ -401,6 +452,10 @@ class PackWriter:
                 self._write_vectors(h, elements)
                 if self.gguf and self.model:
                     self._write_gguf(h, elements)
+            if self.pieces:
+                for key, col in self._piece.items():
+                    put(f"{F.PIECES}/{key}", col.array())
+                self._write_rows(h, elements, F.PIECE_DATA, self._piece_spool, self._n_pieces)
         return elements, counts
 
     def _describe(self, ds: Any, el: F.Element, elements: dict[str, str]) -> None:
@@ -421,12 +476,15 @@ class PackWriter:
         self._describe(ds, F.ELEMENT_BY_PATH[F.DOC_TEXT], elements)
 
     def _write_vectors(self, h: Any, elements: dict[str, str]) -> None:
+        self._write_rows(h, elements, F.VEC_DATA, self._vec_spool, self._n_vectors)
+
+    def _write_rows(self, h: Any, elements: dict[str, str], path: str, spool: Path, n: int) -> None:
+        """A float16 (n, dims) dataset from its spool file, in blocks, digested as written."""
         assert self.dims
-        n = self._n_vectors
-        ds = create_dataset(h, F.VEC_DATA, shape=(n, self.dims), dtype="<f2")
+        ds = create_dataset(h, path, shape=(n, self.dims), dtype="<f2")
         digest = StreamDigest()
         row_bytes = self.dims * 2
-        with open(self._vec_spool, "rb") as f:
+        with open(spool, "rb") as f:
             for at in range(0, n, BLOCK_ROWS):
                 rows = min(BLOCK_ROWS, n - at)
                 block = np.frombuffer(f.read(rows * row_bytes), dtype="<f2").reshape(
@@ -434,8 +492,8 @@ class PackWriter:
                 )
                 ds[at : at + rows] = block
                 digest.numeric(block)
-        elements[F.VEC_DATA] = digest.hexdigest()
-        self._describe(ds, F.ELEMENT_BY_PATH[F.VEC_DATA], elements)
+        elements[path] = digest.hexdigest()
+        self._describe(ds, F.ELEMENT_BY_PATH[path], elements)
 
     def _write_gguf(self, h: Any, elements: dict[str, str]) -> None:
         assert self.gguf
@@ -465,6 +523,24 @@ _CHUNK_COLS = {
     "page": "<i4",
     "tokens": "<i4",
 }
+
+
+_PIECE_COLS = {"chunk": "<i4", "from": "<i8", "to": "<i8"}
+
+
+def _check_pieces(doc: Document, chunks: Sequence[ChunkLike], pieces: Sequence[PieceLike]) -> None:
+    """Pieces must lie inside their chunk, in order: the writer refuses what the spec forbids."""
+    prev = (-1, -1)
+    for p in pieces:
+        if not 0 <= p.chunk < len(chunks):
+            raise ValueError(f"{doc.name}: a piece names chunk {p.chunk} of {len(chunks)}")
+        c = chunks[p.chunk]
+        if not c.start <= p.start < p.end <= c.end or (p.chunk, p.start) < prev:
+            raise ValueError(
+                f"{doc.name}: piece [{p.start}, {p.end}) is not inside chunk "
+                f"[{c.start}, {c.end}) in order"
+            )
+        prev = (p.chunk, p.end)
 
 
 def _set_attrs(obj: Any, attrs: Mapping[str, Any]) -> None:

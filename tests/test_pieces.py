@@ -1,0 +1,266 @@
+"""The sentence-piece level (issue 13): the cut, the dense score, and packs built with pieces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tiny_gguf import build_tiny_gguf
+
+from kbpack.chunk import ChunkConfig, chunk_document
+from kbpack.cli import cli
+from kbpack.dense import PieceIndex, chunk_scores
+from kbpack.extract import discover, extract_all
+from kbpack.pack import format as F
+from kbpack.pack.read import PackReader
+from kbpack.pieces import PIECE_MAX_CHARS, PIECE_MIN_CHARS, cut_pieces, pieces_of
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROSE = (
+    "Orphaning a package means giving up its maintenance. "
+    "The maintainer files a bug against the wnpp pseudo-package and sets the title to O: "
+    "followed by the package name and a short description. "
+    "Another developer may then adopt it. "
+    "Until then the QA team uploads fixes when they are urgent.\n\n"
+    "A package that nobody adopts for a long time may be removed from the archive. "
+    "Removal needs a bug against ftp.debian.org with the reasons."
+)
+
+
+def assert_valid(text: str, start: int, end: int, pieces: list[tuple[int, int]]) -> None:
+    prev = start
+    for a, b in pieces:
+        assert prev <= a < b <= end  # inside the chunk, in order, not overlapping
+        piece = text[a:b]
+        assert piece == piece.strip()  # trimmed by moving offsets
+        if b - a > PIECE_MAX_CHARS:  # only a single word may be longer than the maximum
+            assert len(piece.split()) == 1
+        prev = b
+
+
+def test_prose_is_cut_at_sentence_ends_into_sized_pieces() -> None:
+    pieces = cut_pieces(PROSE, 0, len(PROSE))
+    assert_valid(PROSE, 0, len(PROSE), pieces)
+    assert len(pieces) >= 2
+    for _, b in pieces:
+        assert PROSE[b - 1] == "."  # every piece ends a sentence
+    # every piece but the last reached the minimum (the last one joined its neighbour or is a
+    # lone remainder that did not fit)
+    assert all(b - a >= PIECE_MIN_CHARS for a, b in pieces[:-1])
+    # the pieces cover every sentence: joined back, only whitespace is missing
+    covered = "".join(PROSE[a:b] for a, b in pieces)
+    assert "".join(covered.split()) == "".join(PROSE.split())
+
+
+def test_a_short_chunk_has_no_pieces() -> None:
+    text = "One sentence. Two sentences, still short."
+    assert cut_pieces(text, 0, len(text)) == []  # one piece would be the chunk itself
+
+
+def test_a_run_on_sentence_is_cut_at_spaces() -> None:
+    words = " ".join(f"word{i}" for i in range(400))  # ~3,500 characters, no sentence end
+    pieces = cut_pieces(words, 0, len(words))
+    assert_valid(words, 0, len(words), pieces)
+    assert len(pieces) >= 5
+    assert all(b - a <= PIECE_MAX_CHARS for a, b in pieces)
+    assert "".join(words[a:b] + " " for a, b in pieces).strip() == words
+
+
+def test_pieces_of_a_chunk_inside_a_longer_text_stay_inside_it() -> None:
+    text = "Before the chunk. " * 20 + PROSE + " After the chunk." * 20
+    start = text.index(PROSE)
+    end = start + len(PROSE)
+    pieces = cut_pieces(text, start, end)
+    assert_valid(text, start, end, pieces)
+    assert pieces[0][0] == start and pieces[-1][1] == end
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Alpha beta gamma.", "Delta?", "x" * 700, "\n\n", "\n- item one", " "]),
+        max_size=60,
+    ),
+    st.integers(0, 5),
+)
+def test_any_text_gives_valid_pieces(parts: list[str], pad: int) -> None:
+    body = " ".join(parts).strip()
+    text = "#" * pad + body + "#" * pad
+    pieces = cut_pieces(text, pad, pad + len(body))
+    assert_valid(text, pad, pad + len(body), pieces)
+    assert len(pieces) != 1
+
+
+def test_every_fixture_chunk_gives_valid_pieces() -> None:
+    """On real documents (PDF, DOCX, HTML, Markdown): pieces inside chunks, exact offsets."""
+    candidates = discover([ROOT / "fixtures/docs"]).candidates
+    n = 0
+    for doc in extract_all(candidates):
+        if doc.status != "ok":
+            continue
+        chunks = chunk_document(doc, None, ChunkConfig(window=None, max_chars=1500)).chunks
+        spans = [(c.start, c.end) for c in chunks]
+        for p in pieces_of(doc.text, spans):
+            s, e = spans[p.chunk]
+            assert s <= p.start < p.end <= e
+            assert doc.text[p.start : p.end] == doc.text[p.start : p.end].strip()
+            n += 1
+    assert n > 100
+
+
+# -- the dense score ------------------------------------------------------------------------
+
+
+def test_chunk_scores_blend_the_best_piece_with_half_weight() -> None:
+    chunks = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)
+    # chunk 0 has two pieces, chunk 2 one; chunk 1 none
+    pieces = np.array([[0.0, 1.0], [0.8, 0.6], [1.0, 0.0]], dtype=np.float32)
+    index = PieceIndex.from_columns(pieces, np.array([0, 0, 2]))
+    q = np.array([0.0, 1.0], dtype=np.float32)
+    score, cos = chunk_scores(chunks, q, index)
+    np.testing.assert_allclose(cos, [0.0, 1.0, 0.8])
+    # chunk 0: (0 + 0.5 * max(1.0, 0.6)) / 1.5; chunk 1: its own cosine; chunk 2: (0.8 + 0) / 1.5
+    np.testing.assert_allclose(score, [0.5 / 1.5, 1.0, 0.8 / 1.5], rtol=1e-6)
+    # without pieces the score is the cosine
+    score0, cos0 = chunk_scores(chunks, q, None)
+    np.testing.assert_allclose(score0, cos0)
+    empty = PieceIndex.from_columns(pieces[:0], np.zeros(0, np.int64))
+    np.testing.assert_allclose(chunk_scores(chunks, q, empty)[0], cos0)
+
+
+# -- packs with pieces ------------------------------------------------------------------------
+
+
+def tiny_prose(seed: int, sentences: int) -> str:
+    """Sentences of the tiny model's whole-word vocabulary (one token per word), so chunks of
+    several pieces fit its window."""
+    rng = np.random.default_rng(seed)
+    words = ["the", "pack", "model", "vector", "offline", "search", "text", "file", "is", "not"]
+    return " ".join(
+        " ".join(rng.choice(words, size=int(rng.integers(8, 30)))).capitalize() + "."
+        for _ in range(sentences)
+    )
+
+
+CORPUS = {
+    "one.md": "# One\n\n" + tiny_prose(1, 8) + "\n\n## Two\n\n" + tiny_prose(2, 6),
+    "short.md": "# Short\n\nNothing long here.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random model with a 200-token window: a paragraph of its own words fits."""
+    out = tmp_path_factory.mktemp("wide") / "tiny-wide.gguf"
+    return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    for name, text in CORPUS.items():
+        (src / name).write_text(text)
+    return src
+
+
+def build(src: Path, out: Path, model: Path, *extra: str) -> dict:
+    code, stdout, err = run(
+        "build", str(src), "-o", str(out), "--model", str(model), "--threads", "1", "--json", *extra
+    )
+    assert code == 0, err
+    return json.loads(stdout)
+
+
+def test_a_pack_built_with_pieces_holds_them_and_verifies(
+    corpus: Path, tmp_path: Path, wide_model: Path
+) -> None:
+    report = build(corpus, tmp_path / "p.kbpack", wide_model, "--pieces")
+    n = report["counts"]["pieces"]
+    assert n >= 4
+    with PackReader(tmp_path / "p.kbpack") as r:
+        assert r.has_pieces
+        chunk = r.column(F.PIECE_CHUNK)
+        start, end = r.column(F.PIECE_FROM), r.column(F.PIECE_TO)
+        assert len(chunk) == len(start) == len(end) == n
+        assert np.all(np.diff(chunk) >= 0)
+        for i in range(n):
+            c = int(chunk[i])
+            assert r.column(F.CHUNK_FROM)[c] <= start[i] < end[i] <= r.column(F.CHUNK_TO)[c]
+        norms = np.linalg.norm(r.piece_vectors(), axis=1)
+        assert np.all(np.abs(norms - 1) < 1e-2)
+        attrs = r.attrs(F.PIECES)
+        assert attrs[F.A_KIND] == "pieces" and attrs[F.PIECE_WEIGHT_ATTR] == 0.5
+    code, out, _ = run("verify", str(tmp_path / "p.kbpack"), "--json")
+    assert code == 0, out
+
+
+def test_a_pack_with_pieces_answers_with_chunks(
+    corpus: Path, tmp_path: Path, wide_model: Path
+) -> None:
+    build(corpus, tmp_path / "p.kbpack", wide_model, "--pieces")
+    code, out, err = run(
+        "query",
+        str(tmp_path / "p.kbpack"),
+        "the offline search model",
+        "--mode",
+        "dense",
+        "--max-distance",
+        "2",
+        "--model",
+        str(wide_model),
+        "--json",
+    )
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert results
+    with PackReader(tmp_path / "p.kbpack") as r:
+        spans = set(
+            zip(r.column(F.CHUNK_FROM).tolist(), r.column(F.CHUNK_TO).tolist(), strict=True)
+        )
+    assert all((x["from"], x["to"]) in spans for x in results)  # chunks, never bare pieces
+
+
+def test_no_pieces_is_the_default_and_bm25_only_refuses_pieces(
+    corpus: Path, tmp_path: Path, wide_model: Path
+) -> None:
+    report = build(corpus, tmp_path / "n.kbpack", wide_model)
+    assert "pieces" not in report["counts"]
+    with PackReader(tmp_path / "n.kbpack") as r:
+        assert not r.has_pieces
+    code, _, err = run(
+        "build", str(corpus), "-o", str(tmp_path / "b.kbpack"), "--no-vectors", "--pieces"
+    )
+    assert code == 2 and "--pieces needs vectors" in err
+
+
+def test_update_keeps_pieces_and_reuses_their_vectors(
+    corpus: Path, tmp_path: Path, wide_model: Path
+) -> None:
+    first = build(corpus, tmp_path / "p.kbpack", wide_model, "--pieces")
+    code, out, err = run(
+        "update",
+        str(tmp_path / "p.kbpack"),
+        str(corpus),
+        "--model",
+        str(wide_model),
+        "--threads",
+        "1",
+        "--json",
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["counts"] == first["counts"]  # pieces kept without --pieces
+    assert report["vectors_embedded"] == 0  # every chunk and piece vector reused
+    code, out, _ = run("diff", str(tmp_path / "p.kbpack"), str(tmp_path / "p.kbpack"), "--json")
+    assert code == 0
