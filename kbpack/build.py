@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack import interrupt
 from kbpack.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
 from kbpack.document import Document
 from kbpack.errors import KbpackError
@@ -244,6 +245,7 @@ def build_from(
             t = timer.add("index", t)
 
         for doc in documents:
+            interrupt.check()  # stop at the next document even if a Ctrl-C was swallowed
             t = timer.add("extract", t)
             n_docs += 1
             progress.building(n_docs, total, doc.source_size or 0, writer.n_chunks)

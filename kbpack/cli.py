@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from kbpack import __version__
+from kbpack import __version__, interrupt
 from kbpack.errors import Exit
 
 # The exit codes, once. README's table is checked against this (tests/test_cli_contract.py).
@@ -79,6 +79,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "serve": ("kbpack.commands.serve", "serve", "A local search page and JSON API for packs."),
     "mcp": ("kbpack.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
+    "completion": (
+        "kbpack.commands.completion",
+        "completion",
+        "Print the shell completion script (bash, zsh, fish).",
+    ),
 }
 
 
@@ -213,25 +218,18 @@ def cli() -> None:
     """kbpack: carry a body of documents to a machine with no network, verify it, search it."""
 
 
-# Set by the signal handler: a KeyboardInterrupt raised inside a finalizer or a ctypes callback
-# is printed and swallowed by Python, so the exit code is decided by this flag, not by the
-# exception reaching main().
-_interrupted = False
-
-
 def _on_signal(signum: int, frame: Any) -> None:
-    global _interrupted
-    _interrupted = True
+    # recorded first: the KeyboardInterrupt may be swallowed (kbpack/interrupt.py says where)
+    interrupt.request()
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> None:
-    global _interrupted
-    _interrupted = False
+    interrupt.reset()
     old = _install_signal_handlers()
     try:
         code = _run(argv)
-        if _interrupted and code != Exit.INTERRUPTED:
+        if interrupt.requested() and code != Exit.INTERRUPTED:
             click.echo("kbpack: interrupted", err=True)
             code = Exit.INTERRUPTED
     finally:

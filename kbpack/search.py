@@ -163,6 +163,9 @@ class Searcher:
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
         self._piece_index: PieceIndex | None = None
+        # False: score by chunk vectors alone even in a pack with pieces (bench/pieces.py's
+        # paired comparison); set before the first query
+        self.use_pieces = True
         self._dense_cache: tuple[str, np.ndarray, np.ndarray] | None = None
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
@@ -255,6 +258,8 @@ class Searcher:
 
     def _pieces(self) -> PieceIndex | None:
         """The pack's piece vectors grouped by chunk, loaded once; None in a pack without."""
+        if not self.use_pieces:
+            return None
         if self._piece_index is None and self.r.has_pieces:
             self._piece_index = PieceIndex.from_columns(
                 self.r.piece_vectors(), self.r.column(F.PIECE_CHUNK)

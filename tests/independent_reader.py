@@ -66,7 +66,7 @@ def storage_violations(path: str, format_version: int) -> list[str]:
             if obj.compression or obj.fletcher32 or obj.shuffle:
                 bad.append(f"{path}: a string dataset with filters")
             return
-        packed = path not in ("/vectors/data", "/model/gguf")
+        packed = path not in ("/vectors/data", "/pieces/data", "/model/gguf")
         if not obj.fletcher32:
             bad.append(f"{path}: no fletcher32")
         if (obj.compression == "gzip") != packed or obj.shuffle != packed:
@@ -111,6 +111,32 @@ def read_chunks(path: str) -> list[Chunk]:
                     head + "\n\n" + content,
                 )
             )
+    return out
+
+
+@dataclass
+class Piece:
+    chunk: int
+    start: int
+    end: int
+    content: str
+    vector: np.ndarray
+
+
+def read_pieces(path: str) -> list[Piece]:
+    """Spec §3.9: the sentence pieces of a pack ([] when it has no /pieces group)."""
+    out: list[Piece] = []
+    with h5py.File(path, "r", locking=False) as f:
+        if "pieces" not in f:
+            return out
+        texts = [s.decode() for s in f["/documents/text"][()]]
+        doc = f["/chunks/document"][()]
+        chunk, start, end = f["/pieces/chunk"][()], f["/pieces/from"][()], f["/pieces/to"][()]
+        data = f["/pieces/data"][()].astype(np.float32)
+        for i in range(len(chunk)):
+            text = texts[int(doc[int(chunk[i])])]
+            piece = text[int(start[i]) : int(end[i])]
+            out.append(Piece(int(chunk[i]), int(start[i]), int(end[i]), piece, data[i]))
     return out
 
 

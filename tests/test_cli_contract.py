@@ -53,6 +53,7 @@ RUNS: dict[str, list[str] | None] = {
     "calibrate": ["{pack}", "--questions", "{questions}", "--ood", "{ood}", "--model", "{model}"],
     "serve": None,
     "mcp": None,
+    "completion": ["bash"],
 }
 
 # Commands whose first argument is a pack (for the missing-pack and not-a-pack situations).
@@ -295,3 +296,23 @@ def test_help_lists_commands_in_the_order_a_user_meets_them(
     _, out, _ = run(capfd, "--help")
     listed = re.findall(r"^  (\w+)\s", out.split("Commands:")[1], re.M)
     assert listed[:3] == ["build", "query", "inspect"]
+
+
+def test_completion_script_and_completions(capfd: pytest.CaptureFixture[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code, out, _ = run(capfd, "completion", "bash")
+    assert code == 0 and "_KBPACK_COMPLETE=bash_complete" in out
+    env = dict(os.environ, _KBPACK_COMPLETE="bash_complete", COMP_WORDS="kbpack query x --mo")
+    env["COMP_CWORD"] = "3"
+    r = subprocess.run(
+        [sys.executable, "-c", "from kbpack.cli import main; main()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.stdout.splitlines() == ["plain,--mode", "plain,--model"], r.stderr

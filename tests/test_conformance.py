@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
+
 from kbpack.pack.read import PackReader
 from tests import independent_reader as ind
 from tests.packs import ITALIAN, SAMPLE, failed_doc, markdown_doc, write_pack
@@ -29,6 +31,13 @@ def _agree(path: Path) -> int:
         for i, c in enumerate(chunks):
             assert c.content == r.chunk_content(i)
             assert c.content.strip() == c.content and c.content
+    pieces = ind.read_pieces(str(path))
+    assert len(pieces) == manifest["counts"].get("pieces", 0)
+    for p in pieces:  # spec §3.9: inside its chunk, trimmed, a unit vector
+        c = chunks[p.chunk]
+        assert c.start <= p.start < p.end <= c.end
+        assert p.content == p.content.strip() and p.content in c.content
+        assert abs(float(np.linalg.norm(p.vector)) - 1.0) < 1e-2
     manifest = ind.read_manifest(str(path))
     assert ind.storage_violations(str(path), manifest["format_version"]) == []
     lengths, terms = ind.tokenize_check(str(path))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_verify import _with_fixed_digests, codes
 from tiny_gguf import build_tiny_gguf
 
 from kbpack.chunk import ChunkConfig, chunk_document
@@ -17,6 +21,7 @@ from kbpack.cli import cli
 from kbpack.dense import PieceIndex, chunk_scores
 from kbpack.extract import discover, extract_all
 from kbpack.pack import format as F
+from kbpack.pack.manifest import read_header
 from kbpack.pack.read import PackReader
 from kbpack.pieces import PIECE_MAX_CHARS, PIECE_MIN_CHARS, cut_pieces, pieces_of
 
@@ -264,3 +269,98 @@ def test_update_keeps_pieces_and_reuses_their_vectors(
     assert report["vectors_embedded"] == 0  # every chunk and piece vector reused
     code, out, _ = run("diff", str(tmp_path / "p.kbpack"), str(tmp_path / "p.kbpack"), "--json")
     assert code == 0
+
+
+# -- verify -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pieces_pack(corpus: Path, tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
+    out = tmp_path_factory.mktemp("pp") / "p.kbpack"
+    build(corpus, out, wide_model, "--pieces")
+    return out
+
+
+def _set(path: str, row: int, value: object) -> Callable[[h5py.File], None]:
+    return lambda h: h[path].__setitem__(row, value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (_set(F.PIECE_TO, 0, 10**6), ("piece-outside-chunk", F.PIECE_FROM)),
+        (_set(F.PIECE_CHUNK, 0, 10**6), ("piece-chunk", F.PIECE_CHUNK)),
+        (_set(F.PIECE_FROM, 1, 0), ("piece-order", F.PIECE_FROM)),
+        (lambda h: h[F.PIECE_FROM].__setitem__(0, h[F.PIECE_FROM][0] - 1), None),
+        (
+            lambda h: h[F.PIECE_DATA].__setitem__(2, h[F.PIECE_DATA][2] * 2),
+            ("vector-norm", F.PIECE_DATA),
+        ),
+        (lambda h: h["/"].attrs.__setitem__(F.R_VECTORS, "none"), ("pieces-unexpected", F.PIECES)),
+    ],
+)
+def test_verify_names_broken_pieces(
+    pieces_pack: Path, tmp_path: Path, edit: Callable[[h5py.File], None], expected: Any
+) -> None:
+    p = _with_fixed_digests(pieces_pack, tmp_path, edit)
+    found = codes(p)
+    if expected is None:  # a piece moved one character left: onto whitespace, or out of its chunk
+        assert {c for c, _ in found} & {"piece-whitespace", "piece-outside-chunk", "piece-order"}
+    else:
+        assert expected in found, found
+    assert not any(c.startswith("digest") for c, _ in found)
+
+
+def test_verify_finds_a_chunk_left_with_one_piece(pieces_pack: Path, tmp_path: Path) -> None:
+    def single(h: h5py.File) -> None:
+        # give the first piece a chunk of its own: the last chunk, which then has one piece
+        # (rows stay ordered when that chunk had no pieces, so only piece-single fires)
+        h[F.PIECE_CHUNK][0]
+        chunk = h[F.PIECE_CHUNK][()]
+        lone = int(h[F.CHUNK_FROM].shape[0] - 1)
+        if lone in chunk:
+            pytest.skip("the last chunk has pieces in this corpus")
+        moved = chunk.copy()
+        moved[-1] = lone
+        h[F.PIECE_CHUNK][...] = moved
+
+    p = _with_fixed_digests(pieces_pack, tmp_path, single)
+    assert ("piece-single", F.PIECE_CHUNK) in codes(p)
+
+
+def test_the_pieces_count_must_match_and_be_present(pieces_pack: Path, tmp_path: Path) -> None:
+    from test_verify_fixture import restamp
+
+    out = tmp_path / "c.kbpack"
+    out.write_bytes(pieces_pack.read_bytes())
+    counts = dict(read_header(out).manifest.counts)
+    counts["pieces"] += 1
+    restamp(out, counts=counts)
+    assert ("count-mismatch", F.PIECE_DATA) in codes(out)
+    del counts["pieces"]
+    restamp(out, counts=counts)
+    assert codes(out) == {("count-mismatch", "header/counts/pieces")}
+
+
+def test_the_independent_reader_reads_pieces(pieces_pack: Path) -> None:
+    """Spec §3.9 is enough to read pieces without kbpack (tests/independent_reader.py)."""
+    from test_conformance import _agree
+
+    from tests import independent_reader as ind
+
+    assert _agree(pieces_pack) > 0
+    pieces = ind.read_pieces(str(pieces_pack))
+    with PackReader(pieces_pack) as r:
+        assert len(pieces) == r.counts["pieces"] > 0
+        np.testing.assert_array_equal(np.stack([p.vector for p in pieces]), r.piece_vectors())
+
+
+def test_diff_says_when_the_piece_level_differs(
+    pieces_pack: Path, corpus: Path, tmp_path: Path, wide_model: Path
+) -> None:
+    build(corpus, tmp_path / "n.kbpack", wide_model)
+    code, out, _ = run("diff", str(tmp_path / "n.kbpack"), str(pieces_pack), "--json")
+    with PackReader(pieces_pack) as r:
+        n = r.counts["pieces"]
+    assert code == 1
+    assert f"sentence pieces none -> {n}" in json.loads(out)["differences"]

@@ -6,8 +6,17 @@
   or ``id`` is a navigation word (``nav``, ``navbar``, ``menu``, ``sidebar``, ``breadcrumb``...).
 * ``h1``-``h6`` become sections; paragraphs and other blocks are separated by a blank line;
   list items are lines ``- item`` (indented two spaces per nesting level); a table is one
-  line per row with the cells joined by `` | ``; ``pre`` keeps its whitespace, elsewhere runs
-  of whitespace collapse to one space; ``br`` is a line break.
+  line per row with the cells joined by `` | ``; ``pre`` keeps its whitespace and blank lines
+  and is written between Markdown code fences (```` ``` ````), so the chunker keeps it whole
+  as it keeps fenced code; elsewhere runs of whitespace collapse to one space; ``br`` is a line
+  break.
+* Documentation generators' furniture is dropped by class: Sphinx's ``¶`` permalinks
+  (``headerlink``, Texinfo's ``copiable-anchor``), navigation bars (``related``) and sidebar; Texinfo's "Next: ... Previous:
+  ... Up:" bar (``header``, ``nav-panel``); tables of contents (``contents``,
+  ``shortcontents``, ``toctree-wrapper``); index tables (Texinfo ``index-cp``..., Sphinx
+  ``indextable``).
+* Nesting is bounded: elements deeper than 64 are read as text of the deepest one, and list
+  indentation stops at 8 levels, so unclosed nesting costs linear time and space.
 * Decoding: BOM, then strict UTF-8, then the ``<meta charset>`` declaration, then cp1252.
 
 Title: the first ``h1``, else ``<title>``, else the file name stem.
@@ -31,6 +40,20 @@ _SKIP_WORDS = {
     "nav", "navbar", "navigation", "menu", "mainmenu", "submenu", "sidebar", "breadcrumb",
     "breadcrumbs", "skip-link", "skiplink", "cookie-banner",
 }  # fmt: skip
+# Matched against ``class`` only (an ``id`` names content as often as chrome): documentation
+# generators' furniture. Sphinx: the pilcrow permalink after every heading (``headerlink``),
+# the navigation bars (``related``) and sidebar; Texinfo: the "Next: ... Previous: ... Up:"
+# bar (``header``, ``nav-panel``), the tables of contents and the index tables.
+_SKIP_CLASSES = {
+    "headerlink", "copiable-anchor", "related", "sphinxsidebar", "sphinxsidebarwrapper", "footer", "header",
+    "nav-panel", "contents", "contents-heading", "shortcontents", "shortcontents-heading",
+    "indextable", "genindextable", "genindex-jumpbox", "toctree-wrapper", "index-entries",
+}  # fmt: skip
+_INDEX_TABLE = re.compile(r"^index-[a-z]{2,3}$")  # Texinfo's index tables: index-cp, index-fn...
+# Elements deeper than this are read as inline text of the deepest one: unclosed nesting
+# (1,000 <ul><li> in a row) then costs linear time and adds no indentation past this depth.
+MAX_DEPTH = 64
+MAX_LIST_INDENT = 8  # list levels that indent; deeper items keep the deepest indentation
 _VOID = {
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
     "source", "track", "wbr",
@@ -88,7 +111,10 @@ class _Extractor(HTMLParser):
             return True
         if "hidden" in values or values.get("aria-hidden") == "true":
             return True
-        words = f"{values.get('class') or ''} {values.get('id') or ''}".lower().split()
+        classes = (values.get("class") or "").lower().split()
+        if any(c in _SKIP_CLASSES or (tag == "table" and _INDEX_TABLE.match(c)) for c in classes):
+            return True
+        words = [*classes, *(values.get("id") or "").lower().split()]
         return any(word in _SKIP_WORDS for word in words)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -105,6 +131,8 @@ class _Extractor(HTMLParser):
             return
         if tag in ("li", "p", "dt", "dd", "tr", "td", "th") and self.stack:
             self._close_implied(tag)
+        if len(self.stack) >= MAX_DEPTH:
+            return  # too deep: its text is read as part of the deepest element (see MAX_DEPTH)
         noise = self._is_noise(tag, attrs)
         self.stack.append((tag, noise))
         if noise:
@@ -147,7 +175,7 @@ class _Extractor(HTMLParser):
             "td": ({"td", "th"}, {"tr", "table"}),
             "th": ({"td", "th"}, {"tr", "table"}),
         }[tag]
-        for open_tag, _ in reversed(self.stack):
+        for open_tag, _ in reversed(self.stack[-MAX_DEPTH:]):
             if open_tag in stops[1]:
                 return
             if open_tag in stops[0]:
@@ -184,13 +212,27 @@ class _Extractor(HTMLParser):
         if not text.strip():
             return
         if self.in_item:
-            depth = max(len(self.lists), 1) - 1
+            depth = min(max(len(self.lists), 1) - 1, MAX_LIST_INDENT)
             line = "  " * depth + "- " + " ".join(text.split())
             self.out.add(line, separator="\n" if self.after_item else "\n\n")
             self.in_item = False
             self.after_item = True
             return
         self._add(text)
+
+    def _fence(self) -> None:
+        """End a ``<pre>`` block: its text, blank lines included, between Markdown code fences,
+        so the chunker keeps it whole as it keeps fenced code (split only at lines when it
+        alone is over budget). The fence outgrows any run of backticks inside."""
+        text = "".join(self.pieces)
+        self.pieces = []
+        if text.startswith("\n"):
+            text = text[1:]  # a newline right after <pre> is not content (HTML spec)
+        if not text.strip():
+            return
+        longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
+        fence = "`" * (longest + 1)
+        self._add(f"{fence}\n{text.strip(chr(10))}\n{fence}")
 
     def _add(self, block: str) -> None:
         self.out.add(block)
@@ -237,7 +279,10 @@ class _Extractor(HTMLParser):
             title = " ".join(self._inline_text().split())
             self.heading_done(title)
         elif tag == "pre":
-            self._flush()
+            if self.pre == 1 and self.heading is None:
+                self._fence()
+            else:
+                self._flush()
             self.pre = max(self.pre - 1, 0)
         elif tag in ("ul", "ol"):
             self._flush()

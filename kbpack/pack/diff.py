@@ -113,6 +113,7 @@ def summary(r: PackReader) -> dict[str, Any]:
         "max_distance": r.search_defaults["max_distance"],
         "extractors": extractors,
         "counts": dict(r.counts),
+        "pieces": r.counts.get("pieces") if r.has_pieces else None,  # None: no piece level
     }
 
 
@@ -259,6 +260,12 @@ def _differences(d: PackDiff, same_model: bool) -> list[str]:
     for key, label in (("format_version", "format"), ("pipeline_version", "pipeline")):
         if o[key] != n[key]:
             out.append(f"{label} version {o[key]} -> {n[key]}")
+    if o["pieces"] != n["pieces"]:
+        label = {None: "none"}
+        out.append(
+            f"sentence pieces {label.get(o['pieces'], o['pieces'])} -> "
+            f"{label.get(n['pieces'], n['pieces'])}"
+        )
     if o["max_distance"] != n["max_distance"]:
         out.append(f"refusal threshold {o['max_distance']} -> {n['max_distance']}")
     worst = d.vectors.get("max_distance")

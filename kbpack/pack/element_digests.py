@@ -85,11 +85,18 @@ class ElementDigests(ExamState):
         row_bytes = max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64)))
         for block in _blocks(ds, rows=max(1, READ_BLOCK_BYTES // row_bytes)):
             d.numeric(block)
-            if el.path != F.MODEL_GGUF:
+            if el.path == F.PIECE_DATA:  # not kept: norms measured here, block by block
+                at = self.stats.get("piece_rows", 0)
+                self._unit_rows(block, at, self.piece_counts, self.piece_bad)
+                self.stats["piece_rows"] = at + len(block)
+            elif el.path != F.MODEL_GGUF:
                 parts.append(block)
         digest = d.hexdigest()
         if el.path == F.MODEL_GGUF:
             self.gguf_sha = digest  # u1 values: the digest is the SHA-256 of the GGUF file
+        elif el.path == F.PIECE_DATA:
+            self.stats.setdefault("piece_rows", 0)
+            self.stats["piece_dims"] = int(ds.shape[1]) if ds.ndim == 2 else -1
         else:
             self.num[el.path] = np.concatenate(parts) if parts else np.zeros(0, ds.dtype)
         return digest
@@ -101,21 +108,29 @@ class ElementDigests(ExamState):
         at = 0
         for block in _blocks(ds, rows=rows):
             d.numeric(block)
-            v = block.astype(np.float32)
-            # a NaN or inf component makes the sum of squares non-finite; finite float16
-            # values cannot overflow it in float32
-            norms = np.sqrt(np.einsum("ij,ij->i", v, v))
-            finite = np.isfinite(norms)
-            bad_norm = finite & (np.abs(norms - 1.0) > NORM_TOLERANCE)
-            for kind, mask in (("nonfinite", ~finite), ("norm", bad_norm)):
-                idx = np.flatnonzero(mask)
-                self.vec_counts[kind] += len(idx)
-                room = MAX_ROWS_SHOWN - len(self.vec_bad[kind])
-                if room > 0:
-                    self.vec_bad[kind].extend(int(i) + at for i in idx[:room])
-                if kind == "norm" and len(idx):
-                    self.stats.setdefault("first_bad_norm_x1000", int(norms[idx[0]] * 1000))
+            self._unit_rows(block, at, self.vec_counts, self.vec_bad)
             at += len(block)
+
+    def _unit_rows(
+        self, block: np.ndarray, at: int, counts: dict[str, int], bad: dict[str, list[int]]
+    ) -> None:
+        """Count (and note the first few) non-finite and non-unit rows of a vector block."""
+        if block.ndim != 2:
+            return  # the structure step reported the rank
+        v = block.astype(np.float32)
+        # a NaN or inf component makes the sum of squares non-finite; finite float16
+        # values cannot overflow it in float32
+        norms = np.sqrt(np.einsum("ij,ij->i", v, v))
+        finite = np.isfinite(norms)
+        bad_norm = finite & (np.abs(norms - 1.0) > NORM_TOLERANCE)
+        for kind, mask in (("nonfinite", ~finite), ("norm", bad_norm)):
+            idx = np.flatnonzero(mask)
+            counts[kind] += len(idx)
+            room = MAX_ROWS_SHOWN - len(bad[kind])
+            if room > 0:
+                bad[kind].extend(int(i) + at for i in idx[:room])
+            if kind == "norm" and len(idx):
+                self.stats.setdefault("first_bad_norm_x1000", int(norms[idx[0]] * 1000))
 
 
 def _blocks(ds: Any, rows: int) -> Iterator[np.ndarray]:

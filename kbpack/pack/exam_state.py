@@ -40,6 +40,8 @@ class ExamState:
         self.attrs: dict[str, dict[str, Any]] = {}
         self.vec_bad: dict[str, list[int]] = {"nonfinite": [], "norm": []}
         self.vec_counts = {"nonfinite": 0, "norm": 0}
+        self.piece_bad: dict[str, list[int]] = {"nonfinite": [], "norm": []}
+        self.piece_counts = {"nonfinite": 0, "norm": 0}
         self.gguf_sha: str | None = None
         self._texts: dict[int, str | None] = {}
 

@@ -17,6 +17,7 @@ from kbpack.pack.bm25_invariants import Bm25Invariants
 from kbpack.pack.element_digests import ElementDigests
 from kbpack.pack.invariants import Invariants
 from kbpack.pack.manifest import Header
+from kbpack.pack.piece_invariants import PieceInvariants
 from kbpack.pack.structure import Finding, check_structure
 from kbpack.pack.vector_invariants import VectorInvariants
 from kbpack.pack.verify_report import VerifyReport
@@ -113,7 +114,7 @@ def merge(report: VerifyReport, result: dict[str, Any], quick: bool) -> None:
     )
 
 
-class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
+class Examiner(ElementDigests, Invariants, VectorInvariants, PieceInvariants, Bm25Invariants):
     """Steps 3-5 in order, each check turned into findings instead of exceptions."""
 
     def run(self, h: Any, quick: bool, out: dict[str, Any]) -> None:
@@ -176,7 +177,7 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, Bm25Invariants):
 
     def late_invariants(self, h: Any) -> None:
         """Checks that need the vector pass finished."""
-        self._run_checks(self._check_vectors, self._check_counts)
+        self._run_checks(self._check_vectors, self._check_pieces, self._check_counts)
 
     def _run_checks(self, *checks: Callable[[], None]) -> None:
         for check in checks:

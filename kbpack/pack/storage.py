@@ -34,7 +34,7 @@ DEFLATE_LEVEL = 4  # postings + offsets of 100k chunks (68.6 MB raw): 11.9 MB at
 #   4, 10.95 at 9, which took 6x level 4's time to write
 
 # Elements stored checksummed but not compressed (see the module docstring for why).
-UNCOMPRESSED = frozenset({F.VEC_DATA, F.MODEL_GGUF})
+UNCOMPRESSED = frozenset({F.VEC_DATA, F.PIECE_DATA, F.MODEL_GGUF})
 
 
 def checksummed(path: str) -> bool:
@@ -50,7 +50,7 @@ def compressed(path: str) -> bool:
 def chunk_shape(path: str, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Chunk dimensions for a dataset of ``shape``: whole rows, about ``CHUNK_BYTES`` each."""
     row_bytes = max(1, itemsize * int(np.prod(shape[1:], dtype=np.int64)))
-    target = VECTOR_CHUNK_BYTES if path == F.VEC_DATA else CHUNK_BYTES
+    target = VECTOR_CHUNK_BYTES if path in (F.VEC_DATA, F.PIECE_DATA) else CHUNK_BYTES
     rows = max(1, target // row_bytes)
     if shape[0]:
         rows = min(rows, shape[0])  # a small column is one chunk, not a mostly empty one

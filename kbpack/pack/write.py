@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kbpack import __version__
+from kbpack import __version__, interrupt
 from kbpack.document import Document
 from kbpack.errors import KbpackError, PackError
 from kbpack.pack import format as F
@@ -303,6 +303,7 @@ class PackWriter:
             )
             write_header(self.tmp, encode_header(manifest.to_json_bytes()))
             _fsync_file(self.tmp)
+            interrupt.check()  # a Ctrl-C swallowed by a finalizer must not publish the pack
             os.replace(self.tmp, self.out)
             _fsync_dir(self.out.parent)
         except BaseException as e:

@@ -1,0 +1,267 @@
+"""Load on ``kbpack serve``: N concurrent HTTP clients for a bounded time, against the fixtures
+pack and a 100k-chunk synthetic pack, in bm25 and hybrid mode.
+
+For each pack and mode, measured in the same run, one after the other:
+
+* **serve**: ``kbpack serve PACK --port 0`` in its own process; ``--clients`` threads, each with
+  its own keep-alive httpx client, send ``GET /api/search`` (the dev questions in turn) until
+  ``--seconds`` have passed (and at most ``--max-requests`` in all). Requests/s, p50/p99
+  latency, errors (anything but 200; must be 0), and the server's peak RSS (VmHWM).
+* **library** (peer: the ceiling): the same searches called in-process, one after another, on
+  the same pack (``kbpack.open(...).search``), no HTTP. Ratio serve / library: what the server
+  keeps of the library's throughput (searches are serialised per pack, so concurrency cannot
+  beat this on one pack).
+* **http.server** (peer: the HTTP floor): Python's ThreadingHTTPServer answering every request
+  with a fixed JSON body of the same size, same clients. Ratio serve / http.server: how much of
+  a do-nothing server's rate is left after the search itself.
+
+The clients run on the same machine as the server: on 2 shared cores they take CPU from it,
+so absolute figures are a floor; the ratios come from the same conditions.
+
+    python bench/serve_load.py                              # fixtures + synth 100k, 8 clients, 10 s
+    python bench/serve_load.py --packs out/fixtures.kbpack --seconds 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from dense import OUT, SYNTH_PACK, questions  # noqa: E402
+
+FIXTURES_PACK = ROOT / "out" / "fixtures.kbpack"
+SYNTH_100K = OUT / "synth-100000.kbpack"
+
+
+def ensure(path: Path) -> Path:
+    """Build a default pack when it is missing (the fixtures with the default model, or synth)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"building {path}...", file=sys.stderr)
+    if path == FIXTURES_PACK:
+        cmd = [sys.executable, "-m", "kbpack", "build", str(ROOT / "fixtures" / "docs")]
+        subprocess.run([*cmd, "-o", str(path), "--quiet", "--threads", "1"], check=True)
+    elif path == SYNTH_100K:
+        subprocess.run([*SYNTH_PACK, "100000", "-o", str(path)], check=True)
+    else:
+        raise SystemExit(f"{path}: no such pack")
+    return path
+
+
+def load(
+    base: str, texts: list[str], mode: str, clients: int, seconds: float, cap: int, headers: Any
+) -> dict[str, Any]:
+    """``clients`` threads hammer ``base`` + /api/search; latencies in seconds."""
+    import httpx
+
+    lat: list[float] = []
+    errors: list[str] = []
+    sent = 0
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
+
+    def client(i: int) -> None:
+        nonlocal sent
+        with httpx.Client(base_url=base, timeout=60) as c:
+            n = i
+            while time.perf_counter() < deadline:
+                with lock:
+                    if sent >= cap:
+                        return
+                    sent += 1
+                q = texts[n % len(texts)]
+                n += clients
+                t = time.perf_counter()
+                try:
+                    r = c.get("/api/search", params={"q": q, "mode": mode, "k": 5}, headers=headers)
+                    ok = r.status_code == 200
+                    why = f"status {r.status_code}"
+                except httpx.HTTPError as e:
+                    ok, why = False, type(e).__name__
+                dt = time.perf_counter() - t
+                with lock:
+                    (lat.append(dt) if ok else errors.append(why))
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return summary(lat, errors, wall)
+
+
+def summary(lat: list[float], errors: list[str], wall: float) -> dict[str, Any]:
+    lat = sorted(lat)
+    pct = (lambda p: round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 2)) if lat else None
+    return {
+        "requests": len(lat) + len(errors),
+        "errors": len(errors),
+        "error_kinds": sorted(set(errors)),
+        "rps": round(len(lat) / wall, 1),
+        "p50_ms": pct(0.50) if pct else None,
+        "p99_ms": pct(0.99) if pct else None,
+        "seconds": round(wall, 2),
+    }
+
+
+def serve_run(pack: Path, texts: list[str], mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbpack", "serve", str(pack), "--port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        base = f"http://127.0.0.1:{info['port']}"
+        load(base, texts[:8], mode, 2, 2.0, 200, None)  # warm-up: first requests, thread pool
+        out = load(base, texts, mode, args.clients, args.seconds, args.max_requests, None)
+        out["peak_rss_mb"] = peak_rss_mb(proc.pid)
+        return out
+    finally:
+        proc.send_signal(2)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def library_run(
+    pack: Path, texts: list[str], mode: str, seconds: float, cap: int
+) -> dict[str, Any]:
+    """The library peer, run in a worker thread as the server runs its searches: on a busy
+    machine llama.cpp embeds 10-20x slower when called from the main thread (its OpenMP
+    threads spin; OMP_WAIT_POLICY=PASSIVE removes the gap), which would flatter the server."""
+    out: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: out.update(_library(pack, texts, mode, seconds, cap)))
+    worker.start()
+    worker.join()
+    return out
+
+
+def _library(pack: Path, texts: list[str], mode: str, seconds: float, cap: int) -> dict[str, Any]:
+    import kbpack
+
+    lat: list[float] = []
+    with kbpack.open(pack) as p:
+        for q in texts[:8]:  # the same warm-up as the server's
+            p.search(q, k=5, mode=mode)
+        p.search(texts[0], k=5, mode=mode)
+        start = time.perf_counter()
+        n = 0
+        while time.perf_counter() - start < seconds and n < cap:
+            t = time.perf_counter()
+            p.search(texts[n % len(texts)], k=5, mode=mode)
+            lat.append(time.perf_counter() - t)
+            n += 1
+        wall = time.perf_counter() - start
+    return summary(lat, [], wall)
+
+
+def http_server_run(body: bytes, args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
+    class Fixed(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Fixed)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        return load(base, texts, "bm25", args.clients, args.seconds, args.max_requests, None)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--packs", type=Path, nargs="+", default=[FIXTURES_PACK, SYNTH_100K])
+    ap.add_argument("--modes", nargs="+", default=["bm25", "hybrid"])
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--max-requests", type=int, default=20000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    texts = questions(1000)
+    rows = []
+    for pack in args.packs:
+        ensure(pack)
+        for mode in args.modes:
+            import kbpack
+
+            with kbpack.open(pack) as p:  # a real answer's size for the http.server body
+                body = json.dumps({"pack": pack.stem, **p.search(texts[0], mode=mode).as_dict()})
+            serve = serve_run(pack, texts, mode, args)
+            lib = library_run(pack, texts, mode, args.seconds, args.max_requests)
+            floor = http_server_run(body.encode(), args, texts)
+            rows.append(
+                {
+                    "pack": pack.name,
+                    "mode": mode,
+                    "clients": args.clients,
+                    "serve": serve,
+                    "library": lib,
+                    "http_server": floor,
+                    "serve_vs_library": round(serve["rps"] / lib["rps"], 2) if lib["rps"] else None,
+                    "serve_vs_http_server": round(serve["rps"] / floor["rps"], 3)
+                    if floor["rps"]
+                    else None,
+                }
+            )
+            if not args.json:
+                print(render(rows[-1]), flush=True)
+    report = {"machine": f"{os.cpu_count()} cores", "rows": rows}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def render(row: dict[str, Any]) -> str:
+    s, lib, fl = row["serve"], row["library"], row["http_server"]
+    return (
+        f"{row['pack']} {row['mode']}, {row['clients']} clients: "
+        f"serve {s['rps']} req/s (p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, "
+        f"{s['errors']} errors of {s['requests']}, peak RSS {s['peak_rss_mb']} MB) | "
+        f"library {lib['rps']}/s -> {row['serve_vs_library']}x | "
+        f"http.server fixed body {fl['rps']} req/s -> {row['serve_vs_http_server']}x"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
