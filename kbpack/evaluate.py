@@ -21,9 +21,14 @@ from kbpack.errors import UsageError
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 MAX_FALSE_REFUSAL = 0.05
+# Below these a recommendation is noise: with 10 answerable questions one false refusal is
+# 10%, and 6 out-of-domain queries cannot tell a 0% bluff rate from 30% (issue 13).
+MIN_QUESTIONS = 20
+MIN_OOD = 10
+BOOTSTRAP = 1000  # resamples for the recommendation's interval
 RULE = (
     "fewest bluffed out-of-domain queries among thresholds that falsely refuse at most "
-    "{pct:g}% of the answerable questions; ties go to the larger threshold"
+    "{pct:g}% of the answerable questions; ties go to the smaller (stricter) threshold"
 )
 
 
@@ -272,20 +277,20 @@ def threshold_grid(step: float = 0.005, high: float = 2.0) -> list[float]:
     return [round(i * step, 6) for i in range(round(high / step) + 1)]
 
 
-def _answered(gates: Sequence[Gate], thresholds: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
-    """Per threshold: how many queries are answered, and how many with the needle in the top k
-    of what passes the gate."""
-    answered = np.zeros(len(thresholds), dtype=np.int64)
-    correct = np.zeros(len(thresholds), dtype=np.int64)
-    for g in gates:
+def outcomes(gates: Sequence[Gate], thresholds: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+    """Per query and threshold (booleans, queries x thresholds): answered, and answered with the
+    needle in the top k of what passes the gate."""
+    answered = np.zeros((len(gates), len(thresholds)), dtype=bool)
+    correct = np.zeros_like(answered)
+    for i, g in enumerate(gates):
         if not g.distances:
             continue
         d = np.asarray(g.distances, dtype=np.float64)
         passes = d[None, :] <= thresholds[:, None]  # (thresholds, results)
-        answered += passes.any(axis=1)
+        answered[i] = passes.any(axis=1)
         if any(g.hits):
             returned = passes & (np.cumsum(passes, axis=1) <= k)
-            correct += (returned & np.asarray(g.hits)[None, :]).any(axis=1)
+            correct[i] = (returned & np.asarray(g.hits)[None, :]).any(axis=1)
     return answered, correct
 
 
@@ -294,17 +299,30 @@ def sweep(
 ) -> list[SweepRow]:
     """Answered correctly / wrongly, falsely refused and bluffed at each threshold."""
     t = np.asarray(thresholds, dtype=np.float64)
-    q_answered, q_correct = _answered(questions, t, k)
-    o_answered, _ = _answered(ood, t, k)
+    q_ans, q_ok = outcomes(questions, t, k)
+    o_ans, _ = outcomes(ood, t, k)
+    return _rows(
+        t, q_ans.sum(axis=0), q_ok.sum(axis=0), o_ans.sum(axis=0), len(questions), len(ood)
+    )
+
+
+def _rows(
+    t: np.ndarray,
+    q_answered: np.ndarray,
+    q_correct: np.ndarray,
+    o_answered: np.ndarray,
+    nq: int,
+    no: int,
+) -> list[SweepRow]:
     return [
         SweepRow(
             threshold=float(t[i]),
             answered_correctly=int(q_correct[i]),
             answered_wrongly=int(q_answered[i] - q_correct[i]),
-            falsely_refused=len(questions) - int(q_answered[i]),
+            falsely_refused=nq - int(q_answered[i]),
             bluffed=int(o_answered[i]),
-            questions=len(questions),
-            ood=len(ood),
+            questions=nq,
+            ood=no,
         )
         for i in range(len(t))
     ]
@@ -317,7 +335,41 @@ def recommend(
     ok = [r for r in rows if r.false_refusal_rate <= max_false_refusal]
     if not ok:
         return None
-    return min(ok, key=lambda r: (r.bluffed, -r.threshold))
+    return min(ok, key=lambda r: (r.bluffed, r.threshold))
+
+
+def bootstrap_interval(
+    questions: Sequence[Gate],
+    ood: Sequence[Gate],
+    thresholds: Sequence[float],
+    k: int,
+    max_false_refusal: float = MAX_FALSE_REFUSAL,
+    resamples: int = BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """95% percentile bootstrap interval of the recommended threshold: the answerable and the
+    out-of-domain queries are resampled (with replacement, separately) and ``recommend`` is
+    applied to each resample. None when no resample yields a recommendation."""
+    t = np.asarray(thresholds, dtype=np.float64)
+    q_ans, _ = outcomes(questions, t, k)
+    o_ans, _ = outcomes(ood, t, k)
+    rng = np.random.default_rng(seed)
+    nq, no = len(questions), len(ood)
+    # multiplicity of each query in each resample, then counts per threshold by one product
+    wq = np.stack([np.bincount(rng.integers(0, nq, nq), minlength=nq) for _ in range(resamples)])
+    wo = np.stack([np.bincount(rng.integers(0, no, no), minlength=no) for _ in range(resamples)])
+    refused = nq - wq @ q_ans.astype(np.int64)  # (resamples, thresholds)
+    bluffed = wo @ o_ans.astype(np.int64)
+    picks = []
+    for i in range(resamples):
+        ok = np.flatnonzero(refused[i] <= max_false_refusal * nq)
+        if ok.size:
+            fewest = bluffed[i, ok].min()
+            picks.append(t[ok[bluffed[i, ok] == fewest][0]])  # the smallest threshold of the tie
+    if not picks:
+        return None
+    lo, hi = np.percentile(picks, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def rule_text(max_false_refusal: float = MAX_FALSE_REFUSAL) -> str:

@@ -134,6 +134,13 @@ class SetSearcher(Searcher):
     def doc_freq(self, term: str) -> int:
         return sum(m.doc_freq(term) for m in self.members)
 
+    def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
+        merged: dict[str, tuple[int, int]] = {}
+        for m in self.members:
+            for term, (d, n) in m.near_terms(word).items():
+                merged[term] = (d, merged.get(term, (d, 0))[1] + n)
+        return merged
+
     # -- dense ---------------------------------------------------------------------------------
     def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # each pack scores its own chunks (with its pieces, if it has them)

@@ -216,6 +216,25 @@ class TermLookup:
         a, b = self.offsets[row : row + 2].tolist()
         return self._bytes[a:b].decode("utf-8")
 
+    def lower_bound(self, key: bytes) -> int:
+        """The first row whose term is >= ``key`` (UTF-8 bytes); ``len(self)`` if none is.
+        Terms starting with a prefix ``p`` are the rows ``lower_bound(p)`` up to the
+        ``lower_bound`` of ``p`` with its last byte incremented."""
+        k = bisect.bisect_left(self._sample, key) - 1
+        if k < 0:
+            return 0
+        first = k * _STRIDE
+        off = self.offsets[first : first + _STRIDE + 1].tolist()
+        data = self._bytes
+        lo, hi = 0, len(off) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if data[off[mid] : off[mid + 1]] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return first + lo
+
     def find(self, term: str) -> int | None:
         """Row of ``term`` (already tokenized), or None when no chunk contains it."""
         key = term.encode("utf-8")

@@ -30,6 +30,7 @@ from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tok
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.stopwords import STOPWORDS
+from kbpack.typos import Suggestion, best_suggestions, checkable, near_terms
 
 RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
@@ -61,6 +62,9 @@ class Result:
     content: str
     pack: str | None = None  # the pack file, when several packs are searched as one
     rerank_score: float | None = None  # the cross-encoder's relevance, when --rerank ran
+    # locators of chunks with the same words (another copy of the document: HTML and PDF of one
+    # manual), collapsed into this result
+    also: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -83,6 +87,7 @@ class SearchResponse:
     lexical_only: bool = False
     notes: list[str] = field(default_factory=list)
     fusion: str | None = None  # the hybrid rule that ordered the results (kbpack.fusion.RULE)
+    suggestions: list[Suggestion] = field(default_factory=list)  # "did you mean" (kbpack.typos)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +98,7 @@ class SearchResponse:
             "threshold": self.threshold,
             "lexical_only": self.lexical_only,
             "fusion": self.fusion,
+            "suggestions": [x.as_dict() for x in self.suggestions],
             "notes": self.notes,
         }
 
@@ -115,6 +121,13 @@ def code_like_terms(query: str) -> list[str]:
     """Query words that look like identifiers or codes: they make lexical evidence decisive."""
     words = [w.strip("\"'`()[]{},;:!?") for w in query.split()]
     return [w for w in words if w and _CODE_LIKE.search(w)]
+
+
+def heading_only(words: Sequence[str], result: Result) -> bool:
+    """A chunk whose words are all words of its own heading path or document title (a heading
+    and a rule of dashes, say) is no answer on its own."""
+    heading = set(tokenize(result.section)) | set(tokenize(result.title))
+    return not words or set(words) <= heading
 
 
 def content_terms(query: str) -> list[str]:
@@ -378,16 +391,26 @@ class Searcher:
 
             top = DEFAULT_TOP if rerank_top is None else rerank_top
         results: list[Result] = []
+        seen: dict[tuple[str, ...], Result] = {}
         for c, score in ordered:
             if len(results) >= max(k, top):
                 break
             if not passes(c):
                 continue
-            results.append(
-                self._result(
-                    len(results) + 1, c, score, dist.get(c), bm_rank.get(c), de_rank.get(c), context
-                )
+            res = self._result(
+                len(results) + 1, c, score, dist.get(c), bm_rank.get(c), de_rank.get(c), context
             )
+            key = tuple(tokenize(res.content))
+            if heading_only(key, res):
+                continue
+            first = seen.get(key)
+            if first is not None:  # the same words again: one result, the other places listed
+                where = f"{res.pack}: {res.locator}" if res.pack else res.locator
+                if res.locator != first.locator and where not in first.also:
+                    first.also.append(where)
+                continue
+            seen[key] = res
+            results.append(res)
         if top and results:
             results = self._rerank(query, results, top)
         results = results[:k]
@@ -402,7 +425,23 @@ class Searcher:
             lexical_only=lexical_only,
             notes=notes,
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
+            suggestions=self.spelling(query),
         )
+
+    def spelling(self, query: str) -> list[Suggestion]:
+        """ "Did you mean" for each plain query word no chunk holds (never applied to the query)."""
+        out = []
+        for word in content_terms(query):
+            if checkable(word) and self.doc_freq(word) == 0:
+                found = best_suggestions(word, self.near_terms(word))
+                if found is not None:
+                    out.append(found)
+        return out
+
+    def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
+        """Vocabulary terms close to ``word``: term -> (edit distance, chunks holding it)."""
+        indptr = self.r.column(F.BM25_INDPTR)
+        return near_terms(word, self.lookup(), lambda row: int(indptr[row + 1] - indptr[row]))
 
     def _rerank(self, query: str, results: list[Result], top: int) -> list[Result]:
         """The first ``top`` results scored by the reranker and reordered by its score (ties

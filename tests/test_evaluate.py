@@ -137,14 +137,28 @@ def test_sweep_counts_by_hand() -> None:
     assert E.sweep(QUESTIONS, OOD, [0.45], k=2)[0].answered_correctly == 3
 
 
-def test_recommend_fewest_bluffs_within_false_refusals_ties_to_larger() -> None:
+def test_recommend_fewest_bluffs_within_false_refusals_ties_to_stricter() -> None:
     rows = E.sweep(QUESTIONS, OOD, [0.1, 0.25, 0.35, 0.40, 0.45, 0.6], k=1)
     best = E.recommend(rows, max_false_refusal=0.05)
-    assert best is not None and best.threshold == 0.40  # 0.35 and 0.40 tie at 1 bluff
+    assert best is not None and best.threshold == 0.35  # 0.35 and 0.40 tie at 1 bluff
     loose = E.recommend(rows, max_false_refusal=0.34)  # 1 of 3 refused is allowed
-    assert loose is not None and loose.threshold == 0.40
+    assert loose is not None and loose.threshold == 0.25  # ties with 0.35 and 0.40
     assert E.recommend(rows, max_false_refusal=-1) is None
-    assert "ties go to the larger threshold" in E.rule_text()
+    assert "ties go to the smaller (stricter) threshold" in E.rule_text()
+
+
+def test_bootstrap_interval_brackets_the_recommendation() -> None:
+    # 40 answerable questions at distances 0.300-0.339, 20 out-of-domain queries answered from 0.5
+    # (10 of them) or 0.7 (10): the rule picks 0.3, and resamples can only move it a little
+    qs = [E.Gate((0.3 + 0.001 * i,), (True,)) for i in range(40)]
+    ood = [E.Gate((0.5 if i < 10 else 0.7,), (False,)) for i in range(20)]
+    grid = E.threshold_grid()
+    best = E.recommend(E.sweep(qs, ood, grid, 1))
+    assert best is not None and best.threshold == pytest.approx(0.34)  # 0.335 refuses 4 of 40
+    ci = E.bootstrap_interval(qs, ood, grid, 1, resamples=200)
+    assert ci is not None and ci[0] <= best.threshold <= ci[1] < 0.5
+    assert ci == E.bootstrap_interval(qs, ood, grid, 1, resamples=200)  # seeded: reproducible
+    assert E.bootstrap_interval(qs, ood, grid, 1, max_false_refusal=-1, resamples=20) is None
 
 
 def test_threshold_grid_covers_cosine_range() -> None:

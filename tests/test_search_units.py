@@ -120,3 +120,33 @@ def test_bm25_mode_needs_a_shared_content_word(tmp_path) -> None:  # type: ignor
             p.search("logs", max_distance=float("nan"))
         with pytest.raises(ValueError, match="max_distance"):
             p.search("logs", max_distance=-0.1)
+
+
+def test_copies_collapse_into_one_result_and_headings_are_no_answer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The same manual shipped twice (here under two names, one with other spacing and case)
+    fills one result that lists the other place; a chunk that is only its heading is skipped."""
+    import kbpack
+    from tests.packs import markdown_doc, write_pack
+
+    text = "# Orphaning\n\nTo orphan a package, file a bug against the wnpp pseudo-package.\n"
+    copy = "# Orphaning\n\nTo  orphan a PACKAGE, file a bug against the wnpp pseudo-package!\n"
+    docs = [
+        markdown_doc("guide.md", text),
+        markdown_doc("guide-copy.md", copy),
+        markdown_doc("other.md", "# Adopting\n\nTo adopt an orphaned package, retitle the bug.\n"),
+        markdown_doc("heads.md", "# Policy\n\n## Orphaning a package\n\n-----------\n"),
+    ]
+    out = tmp_path / "d.kbpack"
+    write_pack(out, docs)
+    with kbpack.open(out, load_model=False) as p:
+        contents = [c for _, c in p.iter_chunk_contents()]
+        assert any(c.strip("-\n ") == "" or "Orphaning a package" in c for c in contents)
+        resp = p.search("orphaning a package", k=5, mode="bm25")
+        docs_returned = [r.doc for r in resp.results]
+        assert docs_returned.count("guide.md") + docs_returned.count("guide-copy.md") == 1
+        first = next(r for r in resp.results if r.doc.startswith("guide"))
+        other = "guide-copy.md" if first.doc == "guide.md" else "guide.md"
+        assert len(first.also) == 1 and first.also[0].startswith(f"{other}#char=")
+        assert first.as_dict()["also"] == first.also
+        assert "heads.md" not in docs_returned  # its only chunk is a heading and a rule
+        assert "other.md" in docs_returned

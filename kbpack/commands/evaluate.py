@@ -22,6 +22,7 @@ from kbpack.commands.common import (
 )
 from kbpack.errors import UsageError
 from kbpack.outpath import check_output
+from kbpack.pack import format as F
 
 MODES = ("hybrid", "dense", "bm25")
 # How deep calibrate looks into each ranking: the gate may pass results from far down the fused
@@ -408,8 +409,10 @@ def calibrate(
     For each threshold: answerable questions answered correctly (the needle in the top k of what
     passes), answered wrongly, falsely refused, and out-of-domain queries bluffed (answered).
     The rule: fewest bluffs among thresholds refusing at most --max-false-refusal of the
-    answerable questions; ties go to the larger threshold. --write stores it with its provenance;
-    query then uses it by default.
+    answerable questions; ties go to the smaller (stricter) threshold. No recommendation from
+    fewer than 20 answerable or 10 out-of-domain queries. The recommendation comes with a 95%
+    bootstrap interval, and, when looser than the default 0.675, the bluffs it adds. --write
+    stores it with its provenance; query then uses it by default.
     """
     import kbpack
 
@@ -427,8 +430,10 @@ def calibrate(
         _ensure_dense(p, [mode])
         q_gates = [_gate(p, q.query, q.needle, mode) for q in qs]
         o_gates = [_gate(p, o.query, None, mode) for o in oods]
-        rows = E.sweep(q_gates, o_gates, E.threshold_grid(), k)
-        best = E.recommend(rows, max_false_refusal)
+        grid = E.threshold_grid()
+        rows = E.sweep(q_gates, o_gates, grid, k)
+        short = _too_few(len(qs), len(oods))
+        best = None if short else E.recommend(rows, max_false_refusal)
         current = p.reader.search_defaults.get("max_distance")
         rule = E.rule_text(max_false_refusal)
         report: dict[str, Any] = {
@@ -439,10 +444,19 @@ def calibrate(
             "ood": len(oods),
             "rule": rule,
             "current_threshold": current,
+            "too_few": short,
             "recommended": best.as_dict() if best else None,
+            "interval": None,
+            "vs_default": None,
             "sweep": [r.as_dict() for r in rows],
         }
+        if best is not None:
+            ci = E.bootstrap_interval(q_gates, o_gates, grid, k, max_false_refusal)
+            report["interval"] = None if ci is None else [round(ci[0], 6), round(ci[1], 6)]
+            report["vs_default"] = _vs_default(rows, best)
         if write:
+            if short:
+                raise UsageError(f"{pack}: {short}; nothing written")
             if best is None:
                 raise UsageError(
                     f"{pack}: no threshold refuses at most {max_false_refusal:.0%} of the questions; nothing written"
@@ -459,6 +473,7 @@ def calibrate(
                 },
                 "ood": {"file": ood.name, "sha256": _sha256(ood), "count": len(oods)},
                 "at_threshold": best.as_dict(),
+                "interval": report["interval"],
                 "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "kbpack": kbpack.__version__,
             }
@@ -468,6 +483,28 @@ def calibrate(
     else:
         click.echo(render_calibration(report, rows, best))
     return 0
+
+
+def _too_few(questions: int, ood: int) -> str | None:
+    """Why the sets are too small to recommend a threshold from, or None."""
+    if questions >= E.MIN_QUESTIONS and ood >= E.MIN_OOD:
+        return None
+    return (
+        f"too few queries to recommend a threshold: {questions} answerable (need "
+        f"{E.MIN_QUESTIONS}) and {ood} out-of-domain (need {E.MIN_OOD}); add more"
+    )
+
+
+def _vs_default(rows: Sequence[E.SweepRow], best: E.SweepRow) -> dict[str, Any]:
+    """The recommendation against the default threshold on the same queries: a looser one must
+    say what it costs in bluffs."""
+    default = min(rows, key=lambda r: abs(r.threshold - F.DEFAULT_MAX_DISTANCE))
+    return {
+        "default": F.DEFAULT_MAX_DISTANCE,
+        "looser": best.threshold > default.threshold,
+        "extra_bluffs": best.bluffed - default.bluffed,
+        "fewer_false_refusals": default.falsely_refused - best.falsely_refused,
+    }
 
 
 def render_calibration(
@@ -492,13 +529,20 @@ def render_calibration(
     ]
     lines += _grid(head, table)
     lines.append("")
-    if best is None:
+    if report.get("too_few"):
+        lines.append(f"no recommendation: {report['too_few']}")
+    elif best is None:
         lines.append(f"no recommendation: no threshold meets the rule ({report['rule']})")
     else:
         lo, hi = E.wilson(best.bluffed, best.ood)
         flo, fhi = E.wilson(best.falsely_refused, best.questions)
         lines += [
-            f"recommended threshold: {best.threshold:.3f}",
+            f"recommended threshold: {best.threshold:.3f}"
+            + (
+                f" (95% bootstrap interval {report['interval'][0]:.3f}-{report['interval'][1]:.3f})"
+                if report.get("interval")
+                else ""
+            ),
             f"  bluffed             {best.bluffed}/{best.ood} = {best.bluff_rate:.0%} "
             f"(95% CI {lo:.0%}-{hi:.0%})",
             f"  falsely refused     {best.falsely_refused}/{best.questions} = "
@@ -506,6 +550,12 @@ def render_calibration(
             f"  answered correctly  {best.answered_correctly}/{best.questions}",
             f"  rule: {report['rule']}",
         ]
+        vs = report.get("vs_default")
+        if vs and vs["looser"]:
+            lines.append(
+                f"  looser than the default {vs['default']:g}: {vs['extra_bluffs']} more bluffed "
+                f"and {vs['fewer_false_refusals']} fewer falsely refused on these queries"
+            )
     cur = report.get("current_threshold")
     if cur is not None:
         lines.append(f"pack's current threshold: {cur:g}")

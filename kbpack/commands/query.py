@@ -289,7 +289,7 @@ def render(resp: Any, full: bool = False) -> str:
             line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{safe(resp.query)}"'
         else:
             line = f'NO ANSWER: no chunk matches any term of "{safe(resp.query)}"'
-        return "\n".join([*head, line, *tail])
+        return "\n".join([*head, line, *did_you_mean(resp), *tail])
     out = list(head)
     for r in resp.results:
         dist = "-" if r.distance is None else f"{r.distance:.3f}"
@@ -301,8 +301,20 @@ def render(resp: Any, full: bool = False) -> str:
             meta += f"  ·  rerank {r.rerank_score:.3f}"
         out.append(meta)
         out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
+        if r.also:
+            out.append(f"    also at: {safe(', '.join(r.also))}")
+    out.extend(did_you_mean(resp))
     out.extend(tail)
     return "\n".join(out)
+
+
+def did_you_mean(resp: Any) -> list[str]:
+    """One line per query word the pack does not hold, with its nearest vocabulary terms."""
+    return [
+        f"did you mean: {safe(' / '.join(t for t, _, _ in s.did_you_mean))} "
+        f"(for {safe(repr(s.term))}, in no chunk)"
+        for s in getattr(resp, "suggestions", [])
+    ]
 
 
 def quote(content: str, limit: int | None, width: int = 96) -> str:
