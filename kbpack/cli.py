@@ -227,6 +227,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     interrupt.reset()
     old = _install_signal_handlers()
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_interrupts(old_hook)
     try:
         code = _run(argv)
         if interrupt.requested() and code != Exit.INTERRUPTED:
@@ -234,7 +236,19 @@ def main(argv: list[str] | None = None) -> None:
             code = Exit.INTERRUPTED
     finally:
         _restore_signal_handlers(old)  # main() is also called in-process by tests
+        sys.unraisablehook = old_hook
     sys.exit(int(code))
+
+
+def _quiet_interrupts(hook: Any) -> Any:
+    """A KeyboardInterrupt Python cannot raise (in a finalizer, a ctypes callback) prints a
+    traceback; it is already recorded (kbpack/interrupt.py), so print nothing."""
+
+    def unraisable(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+
+    return unraisable
 
 
 def _install_signal_handlers() -> dict[int, Any]:

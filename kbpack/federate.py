@@ -311,4 +311,6 @@ def model_mismatch(readers: Sequence[PackReader]) -> str | None:
     return None
 
 
+_model_mismatch = model_mismatch  # the name serve/library.py imports
+
 __all__ = ["PackSet", "SetSearcher", "model_mismatch"]

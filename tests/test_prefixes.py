@@ -282,3 +282,12 @@ def test_a_pack_set_with_different_prefixes_is_searched_lexically(
         resp = packs.search("rotate the logs", k=2)
     assert resp.lexical_only
     assert any("prefixes" in note for note in resp.notes)
+
+
+def test_inspect_shows_the_prefixes(prefixed: Path) -> None:
+    code, out, _ = run("inspect", str(prefixed))
+    assert code == 0
+    assert "query 'query: ', document 'passage: '" in out
+    code, out, _ = run("inspect", str(prefixed), "--json")
+    model = json.loads(out)["model"]
+    assert (model["query_prefix"], model["doc_prefix"]) == (QUERY, DOC)

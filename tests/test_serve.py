@@ -148,34 +148,30 @@ def test_api_search_matches_query_json(server: Server, packs: dict[str, Path], m
         assert got == cli_json, mode
 
 
-@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
-def test_api_search_every_pack_as_one_matches_query_of_several(
-    server: Server, packs: dict[str, Path], model: Path, mode: str
+def test_api_search_without_a_pack_searches_all_as_one(
+    server: Server, packs: dict[str, Path], model: Path
 ) -> None:
-    r = server.client.get(
-        "/api/search", params={"q": "relief valve bar", "pack": "*", "mode": mode}
-    )
-    assert r.status_code == 200
-    got = r.json()
-    assert got.pop("pack") == "*"
     both = [str(packs["manuals"]), str(packs["strict"])]
-    code, out = run(
-        "query", *both, "relief valve bar", "--mode", mode, "--model", str(model), "--json"
-    )
-    assert code in (0, 3)
-    want = json.loads(out)
-    for res in want["results"]:
-        res["pack"] = Path(res["pack"]).stem  # served packs are named by their stem
-    assert got["results"] == want["results"] and got["results"]
-    assert {res["pack"] for res in got["results"]} <= {"manuals", "strict"}
-
-
-def test_api_search_needs_a_pack_name_when_several_are_served(server: Server) -> None:
-    r = server.client.get("/api/search", params={"q": "pump"})
-    assert r.status_code == 400
-    assert "several packs are served" in r.json()["error"]
-    r = server.client.get("/api/search", params={"q": "pump", "pack": "nope"})
-    assert r.status_code == 404
+    for mode, q in [("bm25", "centrifugal pump"), ("hybrid", "relief valve bar")]:
+        r = server.client.get("/api/search", params={"q": q, "mode": mode, "k": 6})
+        assert r.status_code == 200
+        got = r.json()
+        assert got.pop("pack") is None
+        code, out = run(
+            "query", *both, q, "--mode", mode, "-k", "6", "--model", str(model), "--json"
+        )
+        assert code in (0, 3)
+        assert got == json.loads(out), mode
+        assert {x["pack"] for x in got["results"]} <= {"manuals.kbpack", "strict.kbpack"}
+    # the page links each result to the reader of the pack it came from
+    q = {"q": "centrifugal pump", "mode": "bm25", "k": 6}
+    html = server.client.get("/", params=q).text
+    results = server.client.get("/api/search", params=q).json()["results"]
+    assert results
+    for x in results:
+        name = x["pack"].removesuffix(".kbpack")
+        assert f"pack={name}&amp;from={x['from']}&amp;to={x['to']}#hit" in html
+    assert server.client.get("/api/search", params={"q": "pump", "pack": "nope"}).status_code == 404
 
 
 def test_api_bounds_query_length_k_and_mode(server: Server) -> None:
@@ -523,3 +519,36 @@ def hit_in_viewport(page: Any) -> bool:
     box = page.locator("mark#hit").bounding_box()
     height = page.viewport_size["height"]
     return box is not None and 0 <= box["y"] < height
+
+
+def test_the_page_names_the_signer(packs: dict[str, Path], tmp_path: Path) -> None:
+    signed = tmp_path / "signed.kbpack"
+    shutil.copy(packs["manuals"], signed)
+    keys = tmp_path / "trusted"
+    keys.mkdir()
+    code, out = run("keygen", "-o", str(keys / "team"), "--json")
+    assert code == 0
+    key_id = json.loads(out)["key_id"]
+    assert run("sign", str(signed), "--key", str(keys / "team.key"))[0] == 0
+    (keys / "team.key").unlink()  # only the public key is trusted
+    old = os.environ.get("KBPACK_TRUSTED_KEYS")
+    os.environ["KBPACK_TRUSTED_KEYS"] = str(keys)
+    try:
+        s = Server(str(signed), "--no-verify")
+        try:
+            assert "not verified" in s.client.get("/").text
+        finally:
+            s.stop()
+        s = Server(str(signed))
+        try:
+            html = s.client.get("/").text
+            assert f"signed by {key_id}" in html
+            sig = s.client.get("/api/packs").json()["packs"][0]["verify"]["signature"]
+            assert sig["status"] == "valid" and sig["key_id"] == key_id
+        finally:
+            s.stop()
+    finally:
+        if old is None:
+            os.environ.pop("KBPACK_TRUSTED_KEYS")
+        else:
+            os.environ["KBPACK_TRUSTED_KEYS"] = old

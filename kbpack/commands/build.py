@@ -163,8 +163,14 @@ def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
 
 
 def run_build_command(
-    sources: tuple[Path, ...], out: Path, reuse: Path | None = None, **kw: Any
+    sources: tuple[Path, ...],
+    out: Path,
+    reuse: Path | None = None,
+    sign: tuple[str | None, Path | None] | None = None,
+    **kw: Any,
 ) -> int:
+    """Build (or, with ``reuse``, update) and report. ``sign``: (the old pack's signer, a
+    secret key to sign the new pack with), for update."""
     from kbpack.build import BuildOptions
     from kbpack.build import build as run_build
     from kbpack.extract import Limits
@@ -251,11 +257,33 @@ def run_build_command(
         report = cluster_build(opts, workers, scheduler, Progress(show_progress(quiet, as_json)))
     else:
         report = run_build(opts, Progress(show_progress(quiet, as_json)))
+    signature = _sign_update(report.path, *sign) if sign is not None else None
     if as_json:
-        emit_json(report.as_dict())
+        emit_json({**report.as_dict(), **({"signature": signature} if signature else {})})
     elif not quiet:
         click.echo(render_report(report))
+        if signature:
+            click.echo(render_signature(report.path, signature))
     return 1 if (strict and (report.failed or report.skipped)) else 0
+
+
+def _sign_update(path: Path, old: str | None, key: Path | None) -> dict[str, Any] | None:
+    """An update changes the bytes, so the old signature cannot carry over: sign with ``key``,
+    or report that it was dropped. None when neither pack is signed."""
+    if key is None and old is None:
+        return None
+    from kbpack.pack.sign import sign_pack
+
+    return {"old": old, "new": sign_pack(path, key) if key is not None else None}
+
+
+def render_signature(path: Path, s: dict[str, Any]) -> str:
+    if s["new"]:
+        return f"signature    signed by key {s['new']}"
+    return (
+        f"signature    dropped: the old pack was signed by key {s['old']}; re-sign with "
+        f"kbpack sign {path} --key NAME.key (or pass --key to update)"
+    )
 
 
 def _left_out(report: Any) -> str:

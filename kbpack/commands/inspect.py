@@ -113,6 +113,12 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
         ),
         ("model file", "stored in the pack" if info["embedded_model"] else "not stored"),
         (
+            "prefixes",  # quoted: a prefix's trailing space matters
+            f"query {m.get('query_prefix', '')!r}, document {m.get('doc_prefix', '')!r}"
+            if m
+            else "-",
+        ),
+        (
             "threshold",
             f"{info['search']['max_distance']:g} cosine distance"
             + (" (calibrated)" if "calibration" in info["search"] else " (default)"),

@@ -113,6 +113,11 @@ def load_public_key(path: Path) -> TrustedKey:
     return TrustedKey(key_id_of(raw), raw, str(path))
 
 
+def check_secret_key(path: Path) -> None:
+    """Raise UsageError unless ``path`` is a usable secret key (checked before long work)."""
+    _load_secret_key(path)
+
+
 def _load_secret_key(path: Path) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -145,14 +150,23 @@ def trusted_keys_dir() -> Path:
     return Path.home() / ".config" / "kbpack" / "trusted-keys"
 
 
-def trusted_keys(key: Path | None = None) -> list[TrustedKey]:
-    """``--key`` alone when given, else every ``*.pub`` in the trusted-keys directory."""
+def trusted_keys(key: Path | None = None, warnings: list[str] | None = None) -> list[TrustedKey]:
+    """``--key`` alone when given (a bad one is an error), else every ``*.pub`` in the
+    trusted-keys directory: one malformed file there is skipped, with a line appended to
+    ``warnings``, so that it does not fail every verify."""
     if key is not None:
         return [load_public_key(key)]
     folder = trusted_keys_dir()
     if not folder.is_dir():
         return []
-    return [load_public_key(p) for p in sorted(folder.glob("*.pub"))]
+    keys = []
+    for p in sorted(folder.glob("*.pub")):
+        try:
+            keys.append(load_public_key(p))
+        except UsageError as e:
+            if warnings is not None:
+                warnings.append(f"trusted key skipped: {e}")
+    return keys
 
 
 # -- sign and check --------------------------------------------------------------------------

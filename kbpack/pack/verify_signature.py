@@ -30,7 +30,9 @@ def verify_signature(
         report.signature = {"status": "unsigned", "key_id": None}
         report.skip("signature", "unsigned (no signature required)")
         return
-    keys = sign.trusted_keys(key) if (header.signature is not None or key) else []
+    skipped: list[str] = []
+    keys = sign.trusted_keys(key, skipped) if (header.signature is not None or key) else []
+    report.notes.extend(skipped)
     check = sign.check_signature(header, keys)
     report.signature = check.as_dict()
     findings: list[Finding] = []
