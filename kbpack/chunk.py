@@ -1,7 +1,8 @@
 """Document -> chunks with [start, end) offsets into the canonical text.
 
 A chunk lies inside the *own text* of one section (its span minus its child sections' spans),
-so it never crosses a section boundary. A section whose own text is only its heading (and its
+so it never crosses a section boundary. A section's heading is one unit with the block after
+it, so it is never a chunk alone; a section whose own text is only its heading (and its
 number) gets no chunk when it has subsections: their headers carry its title. Inside a section, whole blocks (paragraphs, fenced code
 blocks, tables) are packed greedily up to the budget. A block alone over budget is split at the
 next finer level that the budget allows: prose at sentences, code and tables at lines; then
@@ -145,18 +146,22 @@ _BEFORE_TITLE = re.compile(
 _AFTER_TITLE = re.compile(r"\s+(?:#+|=+|-+)$")
 
 
-def _only_heading(doc: Document, idx: int, segments: list[tuple[int, int]]) -> bool:
-    """True when a section's own text is nothing but its heading (its number and markup
-    allowed): a chunk of it would be a title alone, and the header of every chunk of its
-    subsections carries that title already."""
-    if idx == 0:
-        return False
-    own = " ".join(" ".join(doc.text[a:b].split()) for a, b in segments).casefold()
-    own = _AFTER_TITLE.sub("", own)
-    title = " ".join(doc.sections[idx].title.split()).casefold()
+def _is_heading(text: str, title: str) -> bool:
+    """True when ``text`` is nothing but the heading ``title`` (its number and markup allowed)."""
+    own = _AFTER_TITLE.sub("", " ".join(text.split()).casefold())
+    title = " ".join(title.split()).casefold()
     if not title or not own.endswith(title):
         return False
     return _BEFORE_TITLE.fullmatch(own[: len(own) - len(title)]) is not None
+
+
+def _only_heading(doc: Document, idx: int, segments: list[tuple[int, int]]) -> bool:
+    """True when a section's own text is nothing but its heading: a chunk of it would be a
+    title alone, and the header of every chunk of its subsections carries that title already."""
+    if idx == 0:
+        return False
+    own = " ".join(doc.text[a:b] for a, b in segments)
+    return _is_heading(own, doc.sections[idx].title)
 
 
 def title_only_sections(doc: Document) -> set[int]:
@@ -335,6 +340,17 @@ class _Chunker:
                     self.max_chars = DEFAULT_MAX_CHARS
         for s, e in segments:
             blocks = _blocks(self.text, s, e)
+            if (
+                idx
+                and s == self.doc.sections[idx].start
+                and len(blocks) > 1
+                and _is_heading(
+                    self.text[blocks[0][0] : blocks[0][1]], self.doc.sections[idx].title
+                )
+            ):
+                # The heading travels with the block after it: packed whole when they fit,
+                # else the heading opens the block's first piece, never a chunk of its own.
+                blocks[:2] = [(blocks[0][0], blocks[1][1], blocks[1][2])]
             units = [(a, b) for a, b, _ in blocks]
             levels = [lvl for _, _, lvl in blocks]
             self.pack(units, [self.cost(a, b) for a, b in units], levels)

@@ -184,6 +184,18 @@ def test_a_heading_alone_before_its_subsections_is_no_chunk() -> None:
     assert section_path(doc, result.chunks[0].section) == ["2 Applying", "2.1 Getting started"]
 
 
+def test_a_heading_opens_the_first_piece_of_a_paragraph_too_long_to_join() -> None:
+    """A heading followed by a paragraph over budget is not a chunk alone: it opens the
+    paragraph's first piece (PDF sections whose first paragraph is long did this)."""
+    long = " ".join(f"Sentence number {i} says something about the frobnicator." for i in range(12))
+    doc = make_doc(f"# Intro\n\nShort.\n\n## 3.3.3 Others\n\n{long}")
+    chunks = contents(doc, chunk_document(doc, None, ChunkConfig(window=None, max_chars=200)))
+    assert "## 3.3.3 Others" not in chunks
+    first = next(c for c in chunks if c.startswith("## 3.3.3 Others"))
+    assert first.startswith("## 3.3.3 Others\n\nSentence number 0 says")
+    assert all(len(c) >= 40 for c in chunks[1:])
+
+
 def test_whole_paragraphs_are_packed_and_the_heading_opens_the_first_chunk() -> None:
     text = "# Install\n\nFirst paragraph here.\n\nSecond one.\n\nThird paragraph, longer than the rest."
     doc = make_doc(text)

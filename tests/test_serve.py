@@ -148,12 +148,24 @@ def test_api_search_matches_query_json(server: Server, packs: dict[str, Path], m
         assert got == cli_json, mode
 
 
-def test_api_search_needs_a_pack_name_when_several_are_served(server: Server) -> None:
-    r = server.client.get("/api/search", params={"q": "pump"})
-    assert r.status_code == 400
-    assert "several packs are served" in r.json()["error"]
-    r = server.client.get("/api/search", params={"q": "pump", "pack": "nope"})
-    assert r.status_code == 404
+def test_api_search_without_a_pack_searches_all_as_one(
+    server: Server, packs: dict[str, Path], model: Path
+) -> None:
+    both = [str(packs["manuals"]), str(packs["strict"])]
+    for mode, q in [("bm25", "centrifugal pump"), ("hybrid", "relief valve bar")]:
+        r = server.client.get("/api/search", params={"q": q, "mode": mode, "k": 6})
+        assert r.status_code == 200
+        got = r.json()
+        assert got.pop("pack") is None
+        code, out = run(
+            "query", *both, q, "--mode", mode, "-k", "6", "--model", str(model), "--json"
+        )
+        assert code in (0, 3)
+        assert got == json.loads(out), mode
+        assert {x["pack"] for x in got["results"]} <= {"manuals.kbpack", "strict.kbpack"}
+    html = server.client.get("/", params={"q": "centrifugal pump", "mode": "bm25"}).text
+    assert "pack=manuals&amp;from=" in html and "pack=strict&amp;from=" in html
+    assert server.client.get("/api/search", params={"q": "pump", "pack": "nope"}).status_code == 404
 
 
 def test_api_bounds_query_length_k_and_mode(server: Server) -> None:
@@ -501,3 +513,36 @@ def hit_in_viewport(page: Any) -> bool:
     box = page.locator("mark#hit").bounding_box()
     height = page.viewport_size["height"]
     return box is not None and 0 <= box["y"] < height
+
+
+def test_the_page_names_the_signer(packs: dict[str, Path], tmp_path: Path) -> None:
+    signed = tmp_path / "signed.kbpack"
+    shutil.copy(packs["manuals"], signed)
+    keys = tmp_path / "trusted"
+    keys.mkdir()
+    code, out = run("keygen", "-o", str(keys / "team"), "--json")
+    assert code == 0
+    key_id = json.loads(out)["key_id"]
+    assert run("sign", str(signed), "--key", str(keys / "team.key"))[0] == 0
+    (keys / "team.key").unlink()  # only the public key is trusted
+    old = os.environ.get("KBPACK_TRUSTED_KEYS")
+    os.environ["KBPACK_TRUSTED_KEYS"] = str(keys)
+    try:
+        s = Server(str(signed), "--no-verify")
+        try:
+            assert "not verified" in s.client.get("/").text
+        finally:
+            s.stop()
+        s = Server(str(signed))
+        try:
+            html = s.client.get("/").text
+            assert f"signed by {key_id}" in html
+            sig = s.client.get("/api/packs").json()["packs"][0]["verify"]["signature"]
+            assert sig["status"] == "valid" and sig["key_id"] == key_id
+        finally:
+            s.stop()
+    finally:
+        if old is None:
+            os.environ.pop("KBPACK_TRUSTED_KEYS")
+        else:
+            os.environ["KBPACK_TRUSTED_KEYS"] = old

@@ -2,7 +2,12 @@
 
 * Before python-docx reads anything: the file must be a zip; the members' declared sizes
   (sum), the archive's compression ratio and its member count must be under the limits.
-  (``zipfile`` stops every member at its declared size, so declared sizes are a safe bound.)
+  Declared sizes can lie, and ``zipfile.read`` inflates a member's whole stream in one call
+  before clipping it to the declared size (a 2 GB stream behind a small declared size once
+  took the worker to 2.1 GB). So each deflated member's stream is inflated in 1 MiB blocks
+  and its real size compared with the declared one; every member is then read in 1 MiB
+  blocks, the total held to the limit, its checksum checked; and python-docx reads a copy of
+  the archive made of exactly those bytes, never the original streams.
 * Canonical text: the body's paragraphs and tables in document order (content controls
   included; headers, footers, footnotes and comments are not). A table is one line per row,
   the cells joined by `` | `` (a cell's paragraphs and nested tables joined by spaces), so a
@@ -33,6 +38,85 @@ from kbpack.text import one_line
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _HEADING = re.compile(r"^heading\s*([1-9])$", re.I)
 _SMALL = 2**20  # below this total size a high ratio is harmless
+
+
+_BLOCK = 2**20
+
+
+def _real_size(data: bytes, member: zipfile.ZipInfo, cap: int) -> int:
+    """What a deflated member's stream really inflates to (``zipfile`` stops at the declared
+    size and so never sees the rest), counted in bounded blocks up to ``cap`` + 1."""
+    import struct
+    import zlib
+
+    at = member.header_offset
+    if data[at : at + 4] != b"PK\x03\x04":
+        raise ExtractionError(f"zip member {member.filename}: no local header", "extract")
+    name_len, extra_len = struct.unpack_from("<HH", data, at + 26)
+    start = at + 30 + name_len + extra_len
+    raw = memoryview(data)[start : start + member.compress_size]
+    inflater = zlib.decompressobj(-15)
+    size = 0
+    try:
+        for i in range(0, len(raw), _BLOCK):
+            chunk = raw[i : i + _BLOCK]
+            while chunk and size <= cap:
+                size += len(inflater.decompress(chunk, _BLOCK))
+                chunk = inflater.unconsumed_tail
+    except zlib.error as e:
+        raise ExtractionError(
+            f"zip member {member.filename}: damaged stream ({e})", "extract"
+        ) from e
+    return size
+
+
+def safe_copy(data: bytes, limits: Limits) -> bytes:
+    """The archive rewritten (stored, uncompressed) from its members inflated in bounded
+    blocks: the real inflated total is held to the limit, a member whose stream does not
+    match its declared size and checksum is refused."""
+    check_zip(data, limits)
+    total = 0
+    out = BytesIO()
+    with (
+        zipfile.ZipFile(BytesIO(data)) as archive,
+        zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as copy,
+    ):
+        for member in archive.infolist():
+            if member.is_dir():
+                continue
+            if member.compress_type == zipfile.ZIP_DEFLATED:
+                cap = limits.max_decompressed_bytes
+                real = _real_size(data, member, cap)
+                if real != member.file_size:
+                    size = f"over {human_bytes(cap)}" if real > cap else human_bytes(real)
+                    raise ExtractionError(
+                        f"zip member {member.filename} inflates to {size}, not the "
+                        f"{human_bytes(member.file_size)} the archive declares (a lying zip)",
+                        "limits" if real > member.file_size else "extract",
+                    )
+            parts: list[bytes] = []
+            try:
+                with archive.open(member) as stream:
+                    while block := stream.read(_BLOCK):
+                        total += len(block)
+                        if total > limits.max_decompressed_bytes:
+                            raise ExtractionError(
+                                f"zip members inflate past "
+                                f"{human_bytes(limits.max_decompressed_bytes)} (at "
+                                f"{member.filename}), the decompressed-size limit (zip bomb?)",
+                                "limits",
+                            )
+                        parts.append(block)
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+                raise ExtractionError(
+                    f"zip member {member.filename} does not inflate to what the archive "
+                    f"declares (a lying or damaged zip): {e}",
+                    "extract",
+                ) from e
+            except NotImplementedError as e:  # an unknown compression method
+                raise ExtractionError(f"zip member {member.filename}: {e}", "extract") from e
+            copy.writestr(member.filename, b"".join(parts))
+    return out.getvalue()
 
 
 def check_zip(data: bytes, limits: Limits) -> None:
@@ -133,7 +217,7 @@ def _table_lines(table: Any, body: Any) -> list[str]:
 
 def extract_docx(data: bytes, doc: Document, limits: Limits) -> Document:
     """Fill ``doc`` from the bytes of a DOCX, or raise ExtractionError."""
-    check_zip(data, limits)
+    data = safe_copy(data, limits)
     import docx
     from docx.text.paragraph import Paragraph
 

@@ -9,6 +9,7 @@ run under its own lock. Reading text and metadata needs no lock (h5py serialises
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import threading
@@ -138,6 +139,8 @@ class Library:
             raise UsageError("give at least one pack: kbpack serve PACK...")
         say = on_progress or (lambda _: None)
         self.packs: dict[str, Served] = {}
+        self.federated: Any | None = None  # a SetSearcher when several packs are served
+        self.by_file: dict[str, str] = {}
         embedders: dict[str, tuple[Any, list[str]]] = {}
         try:
             for name, path in zip(unique_names(paths), paths, strict=True):
@@ -161,9 +164,30 @@ class Library:
                 searcher = Searcher(reader, embedder, notes)
                 searcher.prepare()
                 self.packs[name] = Served(name, Path(path), reader, searcher, status)
+            self.federated = self._federate()
         except BaseException:
             self.close()
             raise
+
+    def _federate(self) -> Any | None:
+        """One searcher over every pack (``kbpack query A B TEXT``'s), for a search that names
+        no pack; None with one pack, or when two packs share a file name (results name their
+        pack by file name, so such a set could not be told apart)."""
+        served = list(self.packs.values())
+        self.by_file = {p.path.name: p.name for p in served}
+        if len(served) < 2 or len(self.by_file) < len(served):
+            return None
+        from kbpack.federate import SetSearcher, _model_mismatch
+
+        mixed = _model_mismatch([p.reader for p in served])
+        embedder = None if mixed else served[0].searcher.embedder
+        notes = [f"{mixed}: dense search skipped, lexical-only results"] if mixed else []
+        notes += served[0].searcher.notes if not mixed else []
+        thresholds = {p.path.name: p.reader.search_defaults["max_distance"] for p in served}
+        if len(set(thresholds.values())) > 1:
+            each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
+            notes.append(f"each pack's results are held to its own threshold ({each})")
+        return SetSearcher([p.searcher for p in served], embedder, notes)
 
     def close(self) -> None:
         for p in self.packs.values():
@@ -181,7 +205,10 @@ class Library:
         if not name:
             if len(self.packs) == 1:
                 return next(iter(self.packs.values()))
-            raise UsageError(f"several packs are served: name one with pack= ({self.names()})")
+            raise UsageError(
+                f"several packs are served and two share a file name: name one with pack= "
+                f"({self.names()})"
+            )
         if name not in self.packs:
             raise NotFound(f"no pack named {name!r} is served ({self.names()})")
         return self.packs[name]
@@ -203,13 +230,26 @@ class Library:
         refuse: bool = True,
     ) -> SearchResponse:
         check_query(query, k, mode)
-        p = self.get(pack)
         # a document filter is an exact name from the pack, so glob characters in it are literal
         doc_glob = glob.escape(doc) if doc else None
+        options = {"doc": doc_glob, "kind": kind, "section": section, "refuse": refuse}
+        if not pack and self.federated is not None:
+            if mode == "dense" and self.federated.embedder is None:
+                raise UsageError(f"{self.federated.notes[0]}; mode dense needs one model")
+            # the set searcher reads every member's state: hold every pack's lock, in one order
+            with contextlib.ExitStack() as held:
+                for p in self.packs.values():
+                    held.enter_context(p.lock)
+                return self.federated.search(query, k=k, mode=mode, **options)
+        p = self.get(pack)
         with p.lock:
-            return p.searcher.search(
-                query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
-            )
+            return p.searcher.search(query, k=k, mode=mode, **options)
+
+    def pack_of(self, result: Any, pack: str | None) -> str:
+        """The served name of the pack a result came from."""
+        if getattr(result, "pack", None):
+            return self.by_file[result.pack]
+        return self.get(pack).name
 
     # -- documents ---------------------------------------------------------------------------
     def document(self, pack: str | None, name: str) -> Document:

@@ -30,7 +30,7 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
     pack = {
         "type": "string",
         "enum": list(library.packs),
-        "description": "Which pack (needed when several are served).",
+        "description": "Search only this pack (default: every pack, searched as one).",
     }
     return {
         "search": {
@@ -77,7 +77,8 @@ def search_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
     resp = library.search(
         name, str(args["query"]), k=int(args.get("k", 5)), mode=str(args.get("mode", "hybrid"))
     )
-    return {"schema": SCHEMA, "command": "query", "pack": library.get(name).name, **resp.as_dict()}
+    served = name or (None if library.federated else library.get(None).name)
+    return {"schema": SCHEMA, "command": "query", "pack": served, **resp.as_dict()}
 
 
 def read_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:

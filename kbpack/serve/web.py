@@ -72,7 +72,9 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             try:
                 k = int_param(q.get("k"), PAGE_K)
                 check_query(form["q"], k, form["mode"])
-                names = [library.get(form["pack"]).name] if form["pack"] else list(library.packs)
+                # no pack named: every pack searched as one (a set searcher), when it can be
+                one = form["pack"] or library.federated is not None or len(library.packs) == 1
+                names = [form["pack"] or None] if one else list(library.packs)
                 terms = set(tokenize(form["q"]))
                 for name in names:
                     resp = library.search(
@@ -84,19 +86,24 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
                         kind=form["type"] or None,
                         refuse=not form["anyway"],
                     )
+                    results = []
+                    for r in resp.results:
+                        of = library.pack_of(r, name)
+                        results.append(
+                            {
+                                "r": r,
+                                "pack": of,
+                                "quote": highlight(shorten(r.content), terms),
+                                "href": reader_href(of, r.doc, r.start, r.end),
+                            }
+                        )
+                    again = {**form, "pack": name or "", "anyway": "1"}
                     groups.append(
                         {
                             "pack": name,
                             "resp": resp,
-                            "results": [
-                                {
-                                    "r": r,
-                                    "quote": highlight(shorten(r.content), terms),
-                                    "href": reader_href(name, r.doc, r.start, r.end),
-                                }
-                                for r in resp.results
-                            ],
-                            "anyway_href": "/?" + urlencode({**form, "pack": name, "anyway": "1"}),
+                            "results": results,
+                            "anyway_href": "/?" + urlencode(again),
                         }
                     )
             except KbpackError as e:
@@ -148,9 +155,8 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             )
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse(
-            {**shape("query"), "pack": library.get(q.get("pack")).name, **resp.as_dict()}
-        )
+        name = q.get("pack") or (None if library.federated else library.get(None).name)
+        return JSONResponse({**shape("query"), "pack": name, **resp.as_dict()})
 
     def api_doc(request: Request) -> Response:
         q = request.query_params
