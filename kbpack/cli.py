@@ -31,7 +31,9 @@ EXIT: dict[Exit, str] = {
     "`--allow-empty`), a failed or skipped document with `--strict`, a damaged pack, a failed "
     "`--batch` line, a full disk",
     Exit.USAGE: "usage error: unknown option or bad value, missing or unreadable input, not a "
-    "pack, output path refused, a filter that matches nothing, `--mode dense` without the model",
+    "pack, a path that is not a regular file (a FIFO, a device, a socket: refused by every "
+    "command), output path refused, a filter that matches nothing, `--mode dense` without the "
+    "model",
     Exit.REFUSED: "query refused: nothing passes the refusal threshold",
     Exit.INTERRUPTED: "interrupted: Ctrl-C or SIGTERM (the output path is left as it was)",
 }

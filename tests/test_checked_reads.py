@@ -159,3 +159,21 @@ def test_a_format_2_dataset_without_its_checksum_is_refused(pack: Path, tmp_path
     assert f"refused: checksum-missing {F.CHUNK_TOKENS}: format 2 stores" in err
     found = {(f.code, f.path) for f in verify_pack(bad).findings}
     assert ("checksum-missing", F.CHUNK_TOKENS) in found
+
+
+@pytest.mark.parametrize("command", ["inspect", "export", "query"])
+def test_a_damaged_manifest_key_is_one_line(pack: Path, tmp_path: Path, command: str) -> None:
+    """One flipped bit turns `documents_skipped` into `documents_s{ipped`: the header still
+    parses, and every command says the manifest is damaged instead of a KeyError."""
+    bad = tmp_path / "key.kbpack"
+    data = bytearray(pack.read_bytes())
+    at = data.index(b"documents_skipped") + len("documents_s")
+    data[at] ^= 0x12  # "k" -> "y"
+    bad.write_bytes(bytes(data))
+    args = [command, str(bad)] + (["valve"] if command == "query" else [])
+    code, out, err = run(*args)
+    assert code == 1 and out == ""
+    assert err.strip().splitlines() == [
+        f"kbpack: error: {bad}: the manifest is damaged (counts lack documents_skipped; name "
+        f"unknown documents_syipped); run kbpack verify {bad}, then copy the pack again"
+    ]

@@ -105,10 +105,12 @@ def keygen(stem: Path, as_json: bool) -> int:
 def sign(pack: Path, key: Path, as_json: bool) -> int:
     """Sign PACK's manifest in place; the HDF5 bytes are not touched."""
     from kbpack.errors import UsageError
+    from kbpack.pack.manifest import refuse_non_regular
     from kbpack.pack.sign import sign_pack
 
-    if not pack.is_file():
+    if not pack.exists():
         raise UsageError(f"{pack}: no such file")
+    refuse_non_regular(pack, pack.stat().st_mode)
     kid = sign_pack(pack, key)
     if as_json:
         emit_json({"path": str(pack), "key_id": kid})

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbpack.errors import InputError, NewerFormatError, NotAPackError, PackError
+from kbpack.errors import InputError, NewerFormatError, NotAPackError, PackError, UsageError
 from kbpack.pack import format as F
 
 READ_BLOCK = 4 * 2**20
@@ -162,17 +164,54 @@ def _int(doc: Mapping[str, Any], key: str, where: str) -> int:
     return v
 
 
+def count_key_problems(counts: Mapping[str, Any]) -> str | None:
+    """What is wrong with the manifest's count names, in words, or None (verify and the reader
+    both ask: a damaged key must be one line, never a KeyError deep in a command)."""
+    known = set(F.COUNT_KEYS) | set(F.OPTIONAL_COUNT_KEYS)
+    missing, unknown = set(F.COUNT_KEYS) - set(counts), set(counts) - known
+    if not (missing or unknown):
+        return None
+    wrong = [f"lack {', '.join(sorted(missing))}"] if missing else []
+    wrong += [f"name unknown {', '.join(sorted(unknown))}"] if unknown else []
+    return f"counts {'; '.join(wrong)}"
+
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def refuse_non_regular(path: Path, mode: int) -> None:
+    """A pack is a regular file: reading a FIFO or a device would block or never end."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise UsageError(f"{path}: is {kind}, not a regular file, so not a pack; give a .kbpack file")
+
+
 def read_header(path: Path) -> Header:
     """Read and parse the user block of ``path`` without touching HDF5."""
     try:
-        with open(path, "rb") as f:
-            block = f.read(F.USERBLOCK_SIZE)
+        # O_NONBLOCK: opening a FIFO with no writer would otherwise block right here
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError as e:
         raise NotAPackError(f"{path}: no such file; check the path") from e
     except OSError as e:  # unreadable input: a usage error, like a missing one
         raise InputError(
             f"{path}: cannot read: {e.strerror or e}; check the path and its permissions"
         ) from e
+    with os.fdopen(fd, "rb") as f:
+        refuse_non_regular(path, os.fstat(fd).st_mode)
+        try:
+            block = f.read(F.USERBLOCK_SIZE)
+        except OSError as e:
+            raise InputError(
+                f"{path}: cannot read: {e.strerror or e}; check the path and its permissions"
+            ) from e
     if len(block) < F.USERBLOCK_SIZE:
         if block[:8] != F.MAGIC:
             raise NotAPackError(not_a_pack(str(path)))

@@ -27,7 +27,7 @@ import numpy as np
 from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
 from kbpack.pack.digest import plain, strings_digest
-from kbpack.pack.manifest import Header, read_header
+from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.structure import check_structure
 
 
@@ -102,12 +102,15 @@ class PackReader:
         self.where = str(self.path)
         if not self.path.exists():
             raise NotAPackError(f"{self.path}: no such file; check the path")
-        if not self.path.is_file():  # a folder, a FIFO (would block), a device
-            raise NotAPackError(
-                f"{self.path}: not a regular file, so not a pack; give a .kbpack file"
-            )
+        refuse_non_regular(self.path, self.path.stat().st_mode)  # a FIFO would block
         self.header: Header = read_header(self.path)
         self.manifest = self.header.manifest
+        problem = count_key_problems(self.manifest.counts)
+        if problem:
+            raise PackError(
+                f"{self.path}: the manifest is damaged ({problem}); run kbpack verify "
+                f"{self.path}, then copy the pack again"
+            )
         actual = self.path.stat().st_size
         if actual != self.manifest.file_size:
             what = "truncated" if actual < self.manifest.file_size else "has bytes appended"

@@ -33,6 +33,7 @@ from pathlib import Path
 from kbpack.errors import UsageError
 from kbpack.pack.element_digests import NORM_TOLERANCE
 from kbpack.pack.examine import examine, manifest_dict, merge, preload_hdf5
+from kbpack.pack.manifest import refuse_non_regular
 from kbpack.pack.sandbox import Isolated, Limits, SandboxFailure, run_isolated
 from kbpack.pack.structure import Finding
 from kbpack.pack.verify_bytes import check_bytes, read_user_block
@@ -154,8 +155,7 @@ def verify_pack(
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not a pack")
-    if not path.is_file():  # a FIFO or a device would block or never end
-        raise UsageError(f"{path}: not a regular file")
+    refuse_non_regular(path, path.stat().st_mode)  # a FIFO or a device would block or never end
     report = VerifyReport(str(path))
     header, actual_size = read_user_block(path, report)
     if limits is None:  # generous: a stuck parser is what the limit is for, not a big pack

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kbpack.errors import NewerFormatError, PackError, UsageError
 from kbpack.pack import format as F
-from kbpack.pack.manifest import Header, hash_hdf5_bytes, parse_header
+from kbpack.pack.manifest import Header, count_key_problems, hash_hdf5_bytes, parse_header
 from kbpack.pack.structure import Finding
 from kbpack.pack.verify_report import HEADER, VerifyReport
 
@@ -48,12 +48,9 @@ def check_bytes(path: Path, header: Header, actual: int, report: VerifyReport) -
         findings.append(
             Finding("header-damaged", HEADER, "bytes after the signature record are not zero")
         )
-    known = set(F.COUNT_KEYS) | set(F.OPTIONAL_COUNT_KEYS)
-    missing, unknown = set(F.COUNT_KEYS) - set(m.counts), set(m.counts) - known
-    if missing or unknown:
-        wrong = [f"lack {', '.join(sorted(missing))}"] if missing else []
-        wrong += [f"name unknown {', '.join(sorted(unknown))}"] if unknown else []
-        findings.append(Finding("manifest-invalid", HEADER, f"counts {'; '.join(wrong)}"))
+    problem = count_key_problems(m.counts)
+    if problem:
+        findings.append(Finding("manifest-invalid", HEADER, problem))
     if actual != m.file_size:
         what = "truncated" if actual < m.file_size else "bytes appended"
         findings.append(

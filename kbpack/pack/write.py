@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +27,23 @@ import numpy as np
 
 from kbpack import __version__, interrupt
 from kbpack.document import Document
-from kbpack.errors import KbpackError, PackError
+from kbpack.errors import KbpackError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.storage import create_dataset
+from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
+from kbpack.pack.write_child import (
+    FULL,
+    TOO_LARGE,
+    ChildFailed,
+    error_number,
+    errors_reported_first,
+    free_bytes,
+    no_space_error,
+    run_in_child,
+    write_failure,
+)
 from kbpack.pieces import PIECE_RULE, PIECE_WEIGHT
 
 BLOCK_ROWS = 65536
@@ -94,10 +104,6 @@ def created_now() -> str:
     return when.replace(microsecond=0).isoformat()
 
 
-def temp_path_for(out: Path) -> Path:
-    return out.with_name(f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-
-
 class PackWriter:
     """Write one pack. Use as a context manager: an exception (Ctrl-C included) aborts cleanly."""
 
@@ -129,6 +135,7 @@ class PackWriter:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
         self.created = created or created_now()
+        self.stale_removed = remove_stale_temp_files(self.out)  # left by killed writers
         self.tmp = temp_path_for(self.out)
         self._text_spool = self.tmp.with_name(self.tmp.name + ".text")
         self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
@@ -200,9 +207,19 @@ class PackWriter:
                 )
             _check_pieces(doc, chunks, pieces)
         row = len(self._text_lens)
-        self._names.add(doc.name)
         text = doc.text.encode("utf-8")
-        self._text_f.write(text)
+        try:
+            self._text_f.write(text)
+            if self._vec_f is not None and vectors is not None and len(chunks):
+                self._vec_f.write(np.ascontiguousarray(vectors, dtype="<f2").tobytes())
+            if self._piece_f is not None and piece_vectors is not None and len(pieces):
+                self._piece_f.write(np.ascontiguousarray(piece_vectors, dtype="<f2").tobytes())
+        except OSError as e:
+            self.abort()
+            if error_number(e) in FULL + TOO_LARGE:
+                raise no_space_error(self.out, self.estimated_bytes(), error_number(e)) from e
+            raise
+        self._names.add(doc.name)
         self._text_lens.append(len(text))
         d = self._docs
         d["name"].append(doc.name)
@@ -244,14 +261,12 @@ class PackWriter:
         self._chunk["tokens"].extend([c.tokens for c in chunks])
         self._n_chunks += len(chunks)
         if self._vec_f is not None and vectors is not None and len(chunks):
-            self._vec_f.write(np.ascontiguousarray(vectors, dtype="<f2").tobytes())
             self._n_vectors += len(chunks)
         first = self._n_chunks - len(chunks)
         if self._piece_f is not None and piece_vectors is not None and len(pieces):
             self._piece["chunk"].extend([first + p.chunk for p in pieces])
             self._piece["from"].extend([p.start for p in pieces])
             self._piece["to"].extend([p.end for p in pieces])
-            self._piece_f.write(np.ascontiguousarray(piece_vectors, dtype="<f2").tobytes())
             self._n_pieces += len(pieces)
         return row
 
@@ -275,19 +290,54 @@ class PackWriter:
     def n_chunks(self) -> int:
         return self._n_chunks
 
+    def _incompressible_bytes(self) -> int:
+        """What the pack surely takes: text, vectors and model are stored uncompressed."""
+        model = self.gguf.stat().st_size if (self.gguf and self.model) else 0
+        vectors = (self._n_vectors + self._n_pieces) * (self.dims or 0) * 2
+        return sum(self._text_lens) + vectors + model
+
+    def estimated_bytes(self) -> int:
+        """About how many bytes the pack will take: text and vectors as they are, postings and
+        offsets at their measured format-2 compression (about 1/6; 1/4 here, to err high)."""
+        postings = self._postings
+        n_postings = int(postings.chunk.size) if postings is not None else 0
+        terms = sum(len(t.encode()) + 16 for t in postings.terms) if postings else 0
+        model = self.gguf.stat().st_size if (self.gguf and self.model) else 0
+        n_strings = len(self._text_lens) * len(_DOC_STR) + self._n_sections
+        return (
+            F.USERBLOCK_SIZE
+            + 256 * 1024  # HDF5 metadata: object headers, chunk indexes (golden pack: ~150 KB)
+            + n_strings * 32  # a string's heap reference and heap object header
+            + sum(self._text_lens)
+            + (self._n_vectors + self._n_pieces) * (self.dims or 0) * 2
+            + self._n_pieces * 20 // 4  # piece offsets
+            + model
+            + (n_postings * 8 + terms) // 4
+            + self._n_chunks * 40 // 4
+            + self._n_sections * 40
+            + len(self._text_lens) * 256  # names, paths, hashes, titles
+        )
+
     # -- finishing ---------------------------------------------------------------------------
     def commit(self) -> CommitResult:
         """Write everything, hash it, stamp the manifest, fsync and atomically replace the output."""
         self._require("adding", "commit")
         if self._postings is None:
             raise RuntimeError("PackWriter: set_postings() before commit()")
+        needed = self.estimated_bytes()
         try:
             self._text_f.close()
             if self._vec_f is not None:
                 self._vec_f.close()
             if self._piece_f is not None:
                 self._piece_f.close()
-            elements, counts = self._write_hdf5()
+            free = free_bytes(self.out.parent)
+            if free is not None and self._incompressible_bytes() > free:
+                spools = self._incompressible_bytes()  # the spools hold the same bytes
+                raise no_space_error(self.out, needed, spools=spools)  # before HDF5 starts
+            # HDF5 in a child: a write that fails inside HDF5 can crash the process (SIGSEGV
+            # on a full disk); then only the child dies and this process cleans up
+            elements, counts = run_in_child(self._write_hdf5)
             size, sha = hash_hdf5_bytes(self.tmp)
             manifest = Manifest(
                 format_version=F.FORMAT_VERSION,
@@ -303,12 +353,20 @@ class PackWriter:
             interrupt.check()  # a Ctrl-C swallowed by a finalizer must not publish the pack
             os.replace(self.tmp, self.out)
             _fsync_dir(self.out.parent)
-        except BaseException as e:
+        except ChildFailed as e:
+            free = free_bytes(self.out.parent)
+            written = self.tmp.stat().st_size if self.tmp.exists() else 0
             self.abort()
-            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG):
-                raise PackError(
-                    f"{self.out}: no space to write the pack ({e.strerror}); the existing file is untouched"
-                ) from e
+            spools = self._incompressible_bytes()
+            raise write_failure(self.out, e, needed, free, spools, written) from None
+        except OSError as e:
+            self.abort()
+            if error_number(e) in FULL + TOO_LARGE:
+                spools = self._incompressible_bytes()
+                raise no_space_error(self.out, needed, error_number(e), spools) from e
+            raise
+        except BaseException:
+            self.abort()
             raise
         self._state = "committed"
         self._cleanup_spools()
@@ -362,9 +420,12 @@ class PackWriter:
         }
         if self.pieces:
             counts["pieces"] = self._n_pieces
-        with h5py.File(
-            self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")
-        ) as h:
+        with (
+            h5py.File(
+                self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")
+            ) as h,
+            errors_reported_first(),
+        ):
             root_attrs = {
                 F.A_KIND: "kbpack",
                 F.A_VERSION: F.FORMAT_VERSION,
@@ -454,6 +515,10 @@ class PackWriter:
                 for key, col in self._piece.items():
                     put(f"{F.PIECES}/{key}", col.array())
                 self._write_rows(h, elements, F.PIECE_DATA, self._piece_spool, self._n_pieces)
+            # Write everything out while errors still raise: h5py swallows the errors of
+            # writes that happen when a dataset is deallocated ("Exception ignored in
+            # __dealloc__"), and its close after such a failure is where HDF5 crashed.
+            h.flush()
         return elements, counts
 
     def _describe(self, ds: Any, el: F.Element, elements: dict[str, str]) -> None:
