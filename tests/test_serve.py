@@ -237,6 +237,17 @@ def test_search_page_shows_cited_results_with_terms_marked(server: Server) -> No
     assert "autofocus" in html
 
 
+def test_did_you_mean_links_to_the_corrected_query(server: Server) -> None:
+    html = server.client.get("/", params={"q": "centrifgal pump", "pack": "manuals"}).text
+    assert "Did you mean" in html
+    link = re.search(
+        r'<p class="suggest">Did you mean <a href="([^"]+)">centrifugal pump</a>', html
+    )
+    assert link is not None
+    fixed = server.client.get(link.group(1).replace("&amp;", "&")).text
+    assert "<mark>centrifugal</mark>" in fixed
+
+
 def test_nothing_from_a_document_becomes_markup(server: Server) -> None:
     pages = [
         server.client.get("/", params={"q": "prime the pump", "mode": "bm25"}).text,
