@@ -88,3 +88,46 @@ def test_piped_build_is_quiet_and_reports_the_worker(
     assert e.value.code == 0 and stderr == ""  # stderr is not a terminal here: no progress
     report = json.loads(stdout)
     assert report["peak_rss_mb"] > 0 and report["peak_rss_workers_mb"] > 0
+
+
+def _stderr_on_a_terminal(args: list[str]) -> tuple[int, str]:
+    """Run kbpack with stderr on a pseudo-terminal (stdout piped); what the terminal got."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbpack", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_shows_on_a_terminal_unless_quiet(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# A\n\nsome text to index\n")
+    out = tmp_path / "a.kbpack"
+    code, shown = _stderr_on_a_terminal(["build", str(src), "-o", str(out), "--no-vectors"])
+    assert code == 0 and "building   1/1 documents" in shown
+    queries = tmp_path / "q.txt"
+    queries.write_text("index\ntext\n")
+    batch = ["query", str(out), "--batch", str(queries), "--mode", "bm25"]
+    code, shown = _stderr_on_a_terminal(batch)
+    assert code == 0 and "lines  0 failed" in shown and shown.startswith("\rqueries ")
+    code, shown = _stderr_on_a_terminal([*batch, "--quiet"])
+    assert code == 0 and shown == ""

@@ -221,7 +221,11 @@ def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
 def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:
     """One JSON line per query, the model loaded once. A line that cannot be read or answered
     gets a JSON line with its id and an ``error``, and the run goes on: no answer is ever lost
-    to another line's fault. Exit 1 if any line failed (refusals are answers, not failures)."""
+    to another line's fault. Exit 1 if any line failed (refusals are answers, not failures).
+    On a terminal, stderr counts the lines done (stdout is the JSON); --quiet silences it."""
+    from kbpack.progress import Progress
+
+    progress = Progress(False if kw["quiet"] else None)
     failed = 0
     for n, raw in enumerate(stream, 1):
         qid, q, error = parse_batch_line(raw, n)
@@ -237,6 +241,8 @@ def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:
             out = {"id": qid, "line": n, "error": error}
         emit_json_line(out)
         sys.stdout.flush()
+        progress.update("queries", n, unit="lines", detail=f"{failed} failed")
+    progress.done()
     return Exit.FAILURE if failed else Exit.OK
 
 
