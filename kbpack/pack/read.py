@@ -89,7 +89,9 @@ class CheckedDataset:
     def __getitem__(self, key: Any) -> Any:
         with hdf5_errors(self._where, self.element):
             out = self._ds[key]
-        whole = key == () or key is Ellipsis or key == slice(None)
+        # (isinstance first: a key may be a numpy index array, whose == is elementwise)
+        whole = (isinstance(key, tuple) and key == ()) or key is Ellipsis
+        whole = whole or (isinstance(key, slice) and key == slice(None))
         if whole and self.digest is not None and numeric_digest(np.asarray(out)) != self.digest:
             # a whole read (BM25's baked index) is checked like PackReader.column
             raise DamagedDataError(self._where, self.element, "differs from the manifest's digest")
