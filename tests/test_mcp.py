@@ -78,3 +78,34 @@ def test_tool_errors_are_results_not_crashes(pack: Path) -> None:
     assert outside.is_error and "outside the text" in outside.content[0].text
     assert not refused.is_error
     assert refused.structured_content["answered"] is False
+
+
+def test_read_follows_a_search_over_several_packs(
+    pack: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    other = tmp_path_factory.mktemp("mcp2") / "boiler.kbpack"
+    write_pack(other, [markdown_doc("boiler.md", "# Boiler\n\nKeep the pressure below 12 bar.\n")])
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    args = ["-m", "kbpack", "mcp", str(pack), str(other)]
+    params = StdioServerParameters(command=sys.executable, args=args)
+
+    async def main() -> Any:
+        with anyio.fail_after(300):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                found = await s.call_tool("search", {"query": "pressure bar", "mode": "bm25"})
+                hit = found.structured_content["results"][0]
+                by_file = await s.call_tool(
+                    "read",
+                    {"doc": hit["doc"], "from": hit["from"], "to": hit["to"], "pack": hit["pack"]},
+                )
+                no_pack = await s.call_tool("read", {"doc": hit["doc"]})
+                return found, hit, by_file, no_pack
+
+    found, hit, by_file, no_pack = anyio.run(main)
+    assert found.structured_content["pack"] is None  # both packs, searched as one
+    assert (hit["doc"], hit["pack"]) == ("boiler.md", "boiler.kbpack")
+    assert by_file.structured_content["text"] == hit["content"]
+    assert no_pack.structured_content["pack"] == "boiler"

@@ -291,3 +291,15 @@ def test_inspect_shows_the_prefixes(prefixed: Path) -> None:
     code, out, _ = run("inspect", str(prefixed), "--json")
     model = json.loads(out)["model"]
     assert (model["query_prefix"], model["doc_prefix"]) == (QUERY, DOC)
+
+
+def test_model_embed_as_query_uses_the_family_prefix(e5_model: Path) -> None:
+    code, out, _ = run(
+        "model", "embed", "rotate logs", "--as", "query", "--model", str(e5_model), "--json"
+    )
+    item = json.loads(out)["items"][0]
+    assert code == 0 and item["text"] == "query: rotate logs"
+    with Embedder(e5_model) as emb:
+        np.testing.assert_allclose(item["vector"], emb.embed(["query: rotate logs"])[0], atol=1e-6)
+    code, out, _ = run("model", "embed", "rotate logs", "--model", str(e5_model), "--json")
+    assert json.loads(out)["items"][0]["text"] == "rotate logs"  # default: the text as given

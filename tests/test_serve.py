@@ -163,8 +163,14 @@ def test_api_search_without_a_pack_searches_all_as_one(
         assert code in (0, 3)
         assert got == json.loads(out), mode
         assert {x["pack"] for x in got["results"]} <= {"manuals.kbpack", "strict.kbpack"}
-    html = server.client.get("/", params={"q": "centrifugal pump", "mode": "bm25"}).text
-    assert "pack=manuals&amp;from=" in html and "pack=strict&amp;from=" in html
+    # the page links each result to the reader of the pack it came from
+    q = {"q": "centrifugal pump", "mode": "bm25", "k": 6}
+    html = server.client.get("/", params=q).text
+    results = server.client.get("/api/search", params=q).json()["results"]
+    assert results
+    for x in results:
+        name = x["pack"].removesuffix(".kbpack")
+        assert f"pack={name}&amp;from={x['from']}&amp;to={x['to']}#hit" in html
     assert server.client.get("/api/search", params={"q": "pump", "pack": "nope"}).status_code == 404
 
 
@@ -229,6 +235,17 @@ def test_search_page_shows_cited_results_with_terms_marked(server: Server) -> No
     assert link is not None
     assert "pack=manuals" in link.group(1)
     assert "autofocus" in html
+
+
+def test_did_you_mean_links_to_the_corrected_query(server: Server) -> None:
+    html = server.client.get("/", params={"q": "centrifgal pump", "pack": "manuals"}).text
+    assert "Did you mean" in html
+    link = re.search(
+        r'<p class="suggest">Did you mean <a href="([^"]+)">centrifugal pump</a>', html
+    )
+    assert link is not None
+    fixed = server.client.get(link.group(1).replace("&amp;", "&")).text
+    assert "<mark>centrifugal</mark>" in fixed
 
 
 def test_nothing_from_a_document_becomes_markup(server: Server) -> None:

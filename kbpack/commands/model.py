@@ -90,12 +90,21 @@ def import_(
     help="GGUF embedding model (default: all-MiniLM-L6-v2).",
 )
 @click.option("--stdin", "from_stdin", is_flag=True, help="Also read texts, one per line.")
+@click.option(
+    "--as",
+    "role",
+    type=click.Choice(["text", "query", "document"]),
+    default="text",
+    show_default=True,
+    help="query/document: behind the model family's default prefix, as a build would embed it.",
+)
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print full vectors as JSON.")
 def embed(
     texts: tuple[str, ...],
     model_file: Path | None,
     from_stdin: bool,
+    role: str,
     threads: int | None,
     as_json: bool,
 ) -> None:
@@ -108,6 +117,8 @@ def embed(
     if not items:
         raise UsageError("kbpack model embed: give at least one TEXT (or --stdin)")
     embedder = Embedder(model_file, threads=threads)
+    prefix = {"query": embedder.prefixes.query, "document": embedder.prefixes.document}
+    items = [prefix.get(role, "") + t for t in items]  # the text the model reads, shown as such
     counts = [embedder.count_tokens(t) for t in items]
     vectors = embedder.embed(items)
     if as_json:

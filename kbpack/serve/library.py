@@ -205,10 +205,9 @@ class Library:
         if not name:
             if len(self.packs) == 1:
                 return next(iter(self.packs.values()))
-            raise UsageError(
-                f"several packs are served and two share a file name: name one with pack= "
-                f"({self.names()})"
-            )
+            raise UsageError(f"several packs are served: name one with pack= ({self.names()})")
+        # a result of a search over all packs names its pack by file name: accept that too
+        name = self.by_file.get(name, name) if name not in self.packs else name
         if name not in self.packs:
             raise NotFound(f"no pack named {name!r} is served ({self.names()})")
         return self.packs[name]
@@ -253,7 +252,14 @@ class Library:
 
     # -- documents ---------------------------------------------------------------------------
     def document(self, pack: str | None, name: str) -> Document:
-        """A document by its name in the pack; names never reach the file system."""
+        """A document by its name in the pack (with no pack named: in the only pack that holds
+        a document of that name); names never reach the file system."""
+        if not pack and len(self.packs) > 1:
+            holders = [p.name for p in self.packs.values() if name in p.documents]
+            if len(holders) == 1:
+                pack = holders[0]
+            elif not holders:
+                raise NotFound(f"no served pack has a document named {name!r}")
         p = self.get(pack)
         names = p.documents
         try:

@@ -27,10 +27,11 @@ MAX_READ_CHARS = 20_000  # one read returns at most this much text: agents page 
 
 
 def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
+    names = ", ".join(library.packs)
     pack = {
         "type": "string",
-        "enum": list(library.packs),
-        "description": "Search only this pack (default: every pack, searched as one).",
+        "description": f"One pack ({names}; a result's pack file name works too). "
+        "Default: search every pack as one; read finds the pack holding the document.",
     }
     return {
         "search": {

@@ -104,6 +104,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
                             "resp": resp,
                             "results": results,
                             "anyway_href": "/?" + urlencode(again),
+                            "did_you_mean": did_you_mean(form, resp),
                         }
                     )
             except KbpackError as e:
@@ -275,6 +276,18 @@ def view_span(doc: Document, hit: tuple[int, int] | None, page: str | None) -> t
     if hit:
         start, end = min(start, hit[0]), max(end, hit[1])
     return start, end
+
+
+def did_you_mean(form: dict[str, Any], resp: Any) -> list[tuple[str, str]]:
+    """(the query with one unknown word replaced, its link) for each "did you mean" term."""
+    out: list[tuple[str, str]] = []
+    for sug in getattr(resp, "suggestions", []):
+        for term, _distance, _chunks in sug.did_you_mean:
+            word = re.compile(rf"(?<!\w){re.escape(sug.term)}(?!\w)", re.IGNORECASE)
+            fixed = word.sub(term, form["q"], count=1)
+            if fixed != form["q"]:
+                out.append((fixed, "/?" + urlencode({**form, "q": fixed, "anyway": ""})))
+    return out
 
 
 def shorten(text: str) -> str:
