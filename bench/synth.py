@@ -89,8 +89,11 @@ class Pool:
 class Generator:
     """Documents of recombined real sentences, reproducible from ``seed``."""
 
-    def __init__(self, pool: Pool, seed: int = 7, code_rate: float = 0.08) -> None:
+    def __init__(
+        self, pool: Pool, seed: int = 7, code_rate: float = 0.08, prefix: str = "synth"
+    ) -> None:
         self.pool = pool
+        self.prefix = prefix  # folder of the document names (packs to merge need distinct ones)
         self.rng = random.Random(seed)
         self.code_rate = code_rate
         self.n = 0
@@ -135,7 +138,7 @@ class Generator:
             for _ in range(r.choice((0, 0, 1, 2))):
                 parts.append(f"### {r.choice(self.pool.headings)}")
                 parts += [self._paragraph() for _ in range(r.randint(1, 3))]
-        return f"synth/{self.n:07d}.md", "\n\n".join(parts) + "\n"
+        return f"{self.prefix}/{self.n:07d}.md", "\n\n".join(parts) + "\n"
 
     def document(self) -> Document:
         """The next document as kbpack's Markdown extractor makes it (without a worker)."""
@@ -173,7 +176,12 @@ def default_identity() -> dict[str, Any]:
 
 
 def build_pack(
-    out: Path, n_chunks: int, dims: int = 384, seed: int = 7, identity: dict[str, Any] | None = None
+    out: Path,
+    n_chunks: int,
+    dims: int = 384,
+    seed: int = 7,
+    identity: dict[str, Any] | None = None,
+    prefix: str = "synth",
 ) -> dict[str, Any]:
     """Write a pack of ``n_chunks`` synthetic chunks with random unit vectors; return figures.
 
@@ -184,7 +192,7 @@ def build_pack(
     from kbpack.pack.write import PackWriter
 
     t0 = time.perf_counter()
-    gen = Generator(Pool(), seed)
+    gen = Generator(Pool(), seed, prefix=prefix)
     identity = identity or (default_identity() if dims == 384 else None)
     if identity is None:
         raise SystemExit(f"synth: no model identity for {dims} dims; use --dims 384")

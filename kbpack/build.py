@@ -26,6 +26,7 @@ from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
 from kbpack.pieces import Piece, piece_texts, pieces_of
 from kbpack.progress import Progress, peak_rss_mb
+from kbpack.shards import in_shard
 
 EMBED_BATCH = 64  # chunks per embedding call: large enough to batch, small enough to stream
 
@@ -45,6 +46,7 @@ class BuildOptions:
     max_chars: int | None = None
     overlap: int = 0
     threads: int | None = None
+    shard: tuple[int, int] | None = None  # (I, N): only the documents of shard I of N
     # None: the model family's default (kbpack/model/prefixes.py); "" turns a default off.
     query_prefix: str | None = None
     doc_prefix: str | None = None
@@ -106,6 +108,9 @@ KnownVectors = Callable[[str], "np.ndarray | None"]
 def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     """Discover and extract the sources, then build the pack."""
     found = discover(opts.sources, opts.include, opts.exclude, opts.follow_symlinks)
+    if opts.shard is not None:
+        found.candidates = [c for c in found.candidates if in_shard(c.name, opts.shard)]
+        found.records = [d for d in found.records if in_shard(d.name, opts.shard)]
     documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
     total = len(found.candidates) + len(found.records)
     if progress is not None:  # the ETA's denominator
@@ -202,6 +207,9 @@ def build_from(
         dims=embedder.dims if embedder else None,
         gguf=gguf,
         chunking=chunking,
+        manifest_extra=(
+            {"shard": {"index": opts.shard[0], "count": opts.shard[1]}} if opts.shard else None
+        ),
         pieces=with_pieces,
     ) as writer:
 

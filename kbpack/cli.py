@@ -67,6 +67,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "migrate",
         "Upgrade a pack's format or re-embed it with a new model.",
     ),
+    "merge": ("kbpack.commands.merge", "merge", "Merge several packs into one (no re-embedding)."),
     "model": ("kbpack.commands.model", "model", "Embedding model: info, import, embed."),
     "eval": (
         "kbpack.commands.evaluate",

@@ -28,17 +28,26 @@ from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.search import Result, Searcher, SearchResponse
 
+# Contributions kept for query terms seen before, up to this many postings (16 bytes each)
+_MEMO_POSTINGS = 4_000_000
+
 
 class SetSearcher(Searcher):
     """A ``Searcher`` over several packs; ``members`` are each pack's own searcher."""
 
     def __init__(
-        self, members: Sequence[Searcher], embedder: Any | None, notes: Sequence[str] = ()
+        self,
+        members: Sequence[Searcher],
+        embedder: Any | None,
+        notes: Sequence[str] = (),
+        names: Sequence[str] | None = None,
     ) -> None:
+        """``names``: what each result's ``pack`` says (default: each pack's file name)."""
         if not members:
             raise ValueError("a pack set needs at least one pack")
         super().__init__(members[0].r, embedder, notes)
         self.members = list(members)
+        self.names = list(names) if names is not None else [m.r.path.name for m in members]
         sizes = [len(m.r.column(F.BM25_DOC_LEN)) for m in self.members]
         self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         params = {m.r.bm25_params for m in self.members}
@@ -48,6 +57,9 @@ class SetSearcher(Searcher):
                 f"({sorted(params)}); they cannot be scored as one"
             )
         self.k1, self.b = params.pop()
+        self._in_memory = False  # postings read whole (from the second query on)
+        self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._cached = 0  # postings held in _parts
 
     # -- where a set chunk lives ---------------------------------------------------------------
     def locate(self, chunk: int) -> tuple[int, int]:
@@ -58,6 +70,12 @@ class SetSearcher(Searcher):
     def n_chunks(self) -> int:
         return int(self.base[-1])
 
+    def prepare(self) -> None:
+        """Load each pack's vectors now (a server pays once at start)."""
+        if self.embedder is not None:
+            for m in self.members:
+                m.r.vectors()
+
     # -- BM25 with summed statistics -----------------------------------------------------------
     def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         n = self.n_chunks()
@@ -65,30 +83,14 @@ class SetSearcher(Searcher):
             # One mean length over every chunk of the set, computed as a merged pack would.
             lengths = [m.r.column(F.BM25_DOC_LEN) for m in self.members]
             self._norms = length_norms(np.concatenate(lengths), self.k1, self.b)
-        norms = self._norms
+        self._bm25_queries += 1
+        if self._bm25_queries == 2:
+            # A second query means batch mode, a server or the API: from now on read each
+            # pack's postings from memory (one read each) instead of slicing HDF5 per term.
+            self._in_memory = True
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         for term in query_terms(query):
-            spans = []  # (member, lo, hi): the term's postings in each pack holding it
-            for i, m in enumerate(self.members):
-                row = m.lookup().find(term)
-                if row is not None:
-                    indptr = m.r.column(F.BM25_INDPTR)
-                    spans.append((i, int(indptr[row]), int(indptr[row + 1])))
-            df = sum(hi - lo for _, lo, hi in spans)
-            for i, lo, hi in spans:
-                m = self.members[i]
-                a, b = int(self.base[i]), int(self.base[i + 1])
-                ids, scores = term_scores(
-                    lo,
-                    hi,
-                    m.r.dataset(F.BM25_CHUNK),
-                    m.r.dataset(F.BM25_TF),
-                    n,
-                    norms[a:b],
-                    self.k1,
-                    df=df,
-                )
-                parts.append((ids.astype(np.int64) + a, scores))
+            parts.extend(self._term_parts(term, n))
         # Parts run term by term, so each chunk's terms are summed in the order a merged pack
         # sums them: the scores are equal to the last bit, not merely close.
         ids, scores = accumulate(parts, n)
@@ -96,6 +98,38 @@ class SetSearcher(Searcher):
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
         return ids, scores
+
+    def _term_parts(self, term: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``term``'s contribution to every chunk of the set holding it, one part per pack:
+        (set chunk ids, scores) with the set's idf and length norms. Memoised per term (the
+        statistics of a set never change)."""
+        cached = self._parts.get(term)
+        if cached is not None:
+            return cached
+        spans = []  # (member, lo, hi): the term's postings in each pack holding it
+        for i, m in enumerate(self.members):
+            row = m.lookup().find(term)
+            if row is not None:
+                indptr = m.r.column(F.BM25_INDPTR)
+                spans.append((i, int(indptr[row]), int(indptr[row + 1])))
+        df = sum(hi - lo for _, lo, hi in spans)
+        assert self._norms is not None
+        parts = []
+        for i, lo, hi in spans:
+            m = self.members[i]
+            a, b = int(self.base[i]), int(self.base[i + 1])
+            read = m.r.column if self._in_memory else m.r.dataset
+            ids, scores = term_scores(
+                lo, hi, read(F.BM25_CHUNK), read(F.BM25_TF), n, self._norms[a:b], self.k1, df=df
+            )
+            parts.append((ids.astype(np.int64) + a, scores))
+        size = sum(len(x) for x, _ in parts)
+        if self._cached + size > _MEMO_POSTINGS:
+            self._parts.clear()
+            self._cached = 0
+        self._parts[term] = parts
+        self._cached += size
+        return parts
 
     def doc_freq(self, term: str) -> int:
         return sum(m.doc_freq(term) for m in self.members)
@@ -151,7 +185,7 @@ class SetSearcher(Searcher):
     ) -> Result:
         i, local = self.locate(c)
         r = self.members[i]._result(rank, local, score, distance, bm25_rank, dense_rank, context)
-        r.pack = self.members[i].r.path.name
+        r.pack = self.names[i]
         return r
 
 
@@ -181,7 +215,7 @@ class PackSet:
         self._load_model = load_model
         self._threads = threads
         self._searcher: SetSearcher | None = None
-        self.mixed_models = _model_mismatch(self.readers)
+        self.mixed_models = model_mismatch(self.readers)
 
     def __enter__(self) -> PackSet:
         return self
@@ -209,6 +243,7 @@ class PackSet:
                 embedder, notes = resolve_embedder(
                     self.readers[0], self._model_arg, threads=self._threads
                 )
+            notes.extend(_incomplete_sets(self.readers))
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:
                 each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
@@ -232,7 +267,27 @@ class PackSet:
         return self.searcher.search(query, k=k, mode=mode, **kw)
 
 
-def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
+def _incomplete_sets(readers: Sequence[PackReader]) -> list[str]:
+    """Notes for pack sets (``build --split-size``) of which not every member was given."""
+    given: dict[str, set[int]] = {}
+    count: dict[str, int] = {}
+    for r in readers:
+        info = r.manifest.extra.get("set")
+        if isinstance(info, dict) and "id" in info:
+            given.setdefault(str(info["id"]), set()).add(int(info.get("index", 0)))
+            count[str(info["id"])] = int(info.get("count", 0))
+    notes = []
+    for set_id, indexes in given.items():
+        missing = sorted(set(range(1, count[set_id] + 1)) - indexes)
+        if missing:
+            notes.append(
+                f"pack set {set_id}: members {', '.join(f'{i:03d}' for i in missing)} of "
+                f"{count[set_id]} were not given; their documents are not searched"
+            )
+    return notes
+
+
+def model_mismatch(readers: Sequence[PackReader]) -> str | None:
     """Why the packs' vectors cannot be compared (a one-line reason), or None when they can."""
     first = readers[0]
     want = first.model
@@ -256,4 +311,6 @@ def _model_mismatch(readers: Sequence[PackReader]) -> str | None:
     return None
 
 
-__all__ = ["PackSet", "SetSearcher"]
+_model_mismatch = model_mismatch  # the name serve/library.py imports
+
+__all__ = ["PackSet", "SetSearcher", "model_mismatch"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
+import numpy as np
+
 from kbpack.build import BuildOptions, build
 
 PART_A = {
@@ -49,6 +52,7 @@ Rotate the logs before the disk fills: the service stops writing when it is full
 def write_folder(root: Path, files: dict[str, str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
 
@@ -60,3 +64,33 @@ def build_pack(src: Path, out: Path, model: Path | None, **kw: object) -> Path:
     )  # type: ignore[arg-type]
     build(opts)
     return out
+
+
+def datasets(path: Path) -> dict[str, object]:
+    """Every dataset of a pack, read whole (strings as lists)."""
+    out: dict[str, object] = {}
+    with h5py.File(path, "r") as h:
+
+        def visit(name: str, obj: object) -> None:
+            if isinstance(obj, h5py.Dataset):
+                out["/" + name] = (
+                    list(obj.asstr()[()]) if obj.dtype.kind == "O" else np.asarray(obj[()])
+                )
+
+        h.visititems(visit)
+    return out
+
+
+def assert_same_content(got: Path, want: Path, skip: tuple[str, ...] = ()) -> None:
+    """Every dataset of ``got`` equals ``want``'s (numbers bit for bit), but those in ``skip``."""
+    a, b = datasets(got), datasets(want)
+    assert sorted(a) == sorted(b)
+    for path in a:
+        if path in skip:
+            continue
+        x, y = a[path], b[path]
+        if isinstance(x, np.ndarray):
+            assert isinstance(y, np.ndarray) and x.dtype == y.dtype, path
+            assert np.array_equal(x, y), path  # vectors too: bit for bit
+        else:
+            assert x == y, path

@@ -30,7 +30,7 @@ NO_FORCE = {"keygen"}
 
 # The commands that embed (take --threads) and that show progress (take --quiet).
 THREADS = {"build", "update", "query", "migrate", "eval", "calibrate", "model embed"}
-QUIET = {"build", "update", "query", "migrate", "serve"}
+QUIET = {"build", "update", "query", "migrate", "serve", "merge"}
 
 # Arguments that make each command succeed with --json; placeholders are filled by `fill`.
 # None: the command runs until stopped (serve: tests/test_serve.py reads its --json line).
@@ -44,6 +44,7 @@ RUNS: dict[str, list[str] | None] = {
     "sign": ["{copy}", "--key", "{key}"],
     "update": ["{copy}", "{src}", "--model", "{model}"],
     "diff": ["{pack}", "{pack}"],
+    "merge": ["{pack}", "-o", "{tmp}/merged.kbpack"],
     "migrate": ["{pack}", "--dry-run"],
     "model info": ["{model}"],
     "model import": ["{weights}", "-o", "{tmp}/imported.gguf"],

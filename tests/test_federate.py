@@ -172,3 +172,20 @@ def test_cli_refusal_over_several_packs_exits_3(packs: dict[str, Path]) -> None:
     )
     assert r.exit_code == 3
     assert r.stdout.startswith('NO ANSWER: no chunk matches any term of "zzzz"')
+
+
+def test_batch_queries_read_postings_once_and_score_the_same(packs: dict[str, Path]) -> None:
+    """From the second query on, postings come from memory and terms are memoised: same scores."""
+    with (
+        kbpack.open_many([packs["a_lex"], packs["b_lex"]]) as fed,
+        kbpack.open(packs["union_lex"]) as one,
+    ):
+        for _ in range(2):
+            for query in QUERIES:
+                ids_f, scores_f = fed.searcher._bm25(query, None)
+                ids_u, scores_u = one.searcher._bm25(query, None)
+                assert ids_f.tolist() == ids_u.tolist()
+                # the union pack bakes its scores from its second query (numpy's log1p, which
+                # may differ from math.log1p in the last bit)
+                np.testing.assert_allclose(scores_f, scores_u, rtol=1e-12)
+        assert fed.searcher._in_memory and fed.searcher._parts

@@ -130,6 +130,26 @@ def build_options(f: Any) -> Any:
     type=click.Path(path_type=Path),
     help="The pack file to write.",
 )
+@click.option(
+    "--shard",
+    metavar="I/N",
+    help="Only shard I of N of the documents (by a hash of the name); merge the N packs.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Extract, chunk and embed on a local Dask cluster of N worker processes.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Extract, chunk and embed on the Dask cluster at ADDRESS (tcp://host:8786).",
+)
+@click.option(
+    "--split-size",
+    metavar="SIZE",
+    help="Write a pack set OUT-001.kbpack, OUT-002.kbpack, ... each under SIZE (e.g. 3.9G for FAT32).",
+)
 @build_options
 def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     """Build a pack from folders and files (md, txt, html, pdf, docx).
@@ -157,8 +177,14 @@ def run_build_command(
     from kbpack.outpath import check_output
     from kbpack.pieces import DEFAULT_PIECES
     from kbpack.progress import Progress
+    from kbpack.shards import parse_shard
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    shard = kw.pop("shard", None)
+    split_size = kw.pop("split_size", None)
+    workers, scheduler = kw.pop("workers", None), kw.pop("scheduler", None)
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("give either --workers or --scheduler, not both")
     # before any work: a long build must not end by refusing (or destroying) its output path
     out = check_output(out, inputs=sources, force=kw.pop("force"))
     pieces = kw["pieces"]
@@ -182,6 +208,7 @@ def run_build_command(
         max_chars=kw["max_chars"],
         overlap=kw["overlap"],
         threads=kw["threads"],
+        shard=parse_shard(shard) if shard else None,
         query_prefix=kw["query_prefix"],
         doc_prefix=kw["doc_prefix"],
         pieces=pieces,
@@ -193,10 +220,41 @@ def run_build_command(
     if kw["pieces"] and not opts.vectors:
         raise click.UsageError("--pieces needs vectors; drop --no-vectors")
     # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
+    if split_size is not None:
+        from kbpack.split import build_set, parse_size
+
+        builder = None
+        if workers is not None or scheduler is not None:
+            from kbpack.cluster import cluster_build
+
+            def builder(o: Any, p: Any) -> Any:
+                return cluster_build(o, workers, scheduler, p)
+
+        report, members = build_set(
+            opts, parse_size(split_size), Progress(show_progress(quiet, as_json)), builder
+        )
+        # the whole pack was a step on the way: the summary names the set
+        report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
+        report.size = sum(m["bytes"] for m in members.members)
+        if as_json:
+            emit_json({**report.as_dict(), "set": members.as_dict()})
+        elif not quiet:
+            click.echo(render_report(report))
+            for m in members.members:
+                click.echo(
+                    f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)"
+                )
+            for n in members.notes:
+                click.echo(f"  note     {n}")
+        return 1 if (strict and (report.failed or report.skipped)) else 0
     if reuse is not None:
         from kbpack.update import update_pack
 
         report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+    elif workers is not None or scheduler is not None:
+        from kbpack.cluster import cluster_build
+
+        report = cluster_build(opts, workers, scheduler, Progress(show_progress(quiet, as_json)))
     else:
         report = run_build(opts, Progress(show_progress(quiet, as_json)))
     signature = _sign_update(report.path, *sign) if sign is not None else None

@@ -62,6 +62,12 @@ def describe(path: Path) -> dict[str, Any]:
                 if s == "skipped"
             ],
             "stale": staleness(r),
+            # how the pack came to be, when not by one build: merge, shard, member of a set
+            "provenance": {
+                k: r.manifest.extra[k]
+                for k in ("merged_from", "shard", "set")
+                if k in r.manifest.extra
+            },
         }
 
 
@@ -118,6 +124,14 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
             + (" (calibrated)" if "calibration" in info["search"] else " (default)"),
         ),
     ]
+    prov = info["provenance"]
+    if "merged_from" in prov:
+        rows.append(("merged from", ", ".join(s["file"] for s in prov["merged_from"])))
+    if "shard" in prov:
+        rows.append(("shard", f"{prov['shard']['index']} of {prov['shard']['count']}"))
+    if "set" in prov:
+        s = prov["set"]
+        rows.append(("pack set", f"member {s['index']} of {s['count']} (set {s['id']})"))
     click.echo(table(rows))
     if sizes:
         click.echo("element bytes:")

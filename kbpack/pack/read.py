@@ -313,6 +313,10 @@ class PackReader:
         out: str = self._cache[key]
         return out
 
+    def forget_text(self, doc: int) -> None:
+        """Drop one document's cached text (a streaming reader such as merge keeps none)."""
+        self._cache.pop(f"text:{doc}", None)
+
     def vectors(self) -> np.ndarray:
         """All vectors as float32 (searched in memory; float16 matmul is slow in numpy)."""
         return self._float32(F.VEC_DATA)

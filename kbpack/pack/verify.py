@@ -29,6 +29,7 @@ This module runs the steps in order; each lives in its own module: ``verify_byte
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kbpack.errors import UsageError
 from kbpack.pack.element_digests import NORM_TOLERANCE
@@ -131,6 +132,11 @@ CODES: dict[str, str] = {
     "bm25-doc-len": "document lengths differ from the postings' term counts",
     "bm25-content-mismatch": "postings differ from the re-tokenised chunk content",
     "check-failed": "an invariant check could not run on this data",
+    "set-invalid": "a pack set member whose manifest 'set' is malformed",
+    "set-misnamed": "a pack set member not named STEM-NNN after its index",
+    "set-member-missing": "another member of the pack set is not beside this one",
+    "set-member-unreadable": "another member of the pack set has no readable header",
+    "set-member-foreign": "a file named as a member of the set belongs to another set",
 }
 
 
@@ -193,7 +199,20 @@ def verify_pack(
     merge(report, result, quick)
     if header is not None and report.status["bytes"] != "ok":
         classify_foreign_manifest(report, result)
+    if header is not None:
+        _check_set(path, header.manifest.extra, report)
     return report
+
+
+def _check_set(path: Path, extra: dict[str, Any], report: VerifyReport) -> None:
+    """A member of a pack set (``build --split-size``): the other members must be beside it."""
+    from kbpack.split import set_findings
+
+    found, note = set_findings(path, extra)
+    if found:
+        report.add("invariants", found)
+    if note:
+        report.notes.append(note)
 
 
 __all__ = [

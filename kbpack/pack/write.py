@@ -116,6 +116,7 @@ class PackWriter:
         gguf: Path | None = None,
         created: str | None = None,
         chunking: Mapping[str, Any] | None = None,
+        manifest_extra: Mapping[str, Any] | None = None,
         pieces: bool = False,
     ) -> None:
         if (model is None) != (dims is None):
@@ -131,6 +132,7 @@ class PackWriter:
         self.dims = dims
         self.gguf = gguf
         self.chunking = dict(chunking) if chunking else None
+        self.manifest_extra = dict(manifest_extra) if manifest_extra else {}  # e.g. merged_from
         if pieces and not dims:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
@@ -347,6 +349,7 @@ class PackWriter:
                 elements=elements,
                 kbpack_version=__version__,
                 created=self.created,
+                extra=self.manifest_extra,
             )
             write_header(self.tmp, encode_header(manifest.to_json_bytes()))
             _fsync_file(self.tmp)
