@@ -73,6 +73,7 @@ class BuildReport:
     peak_rss_workers_mb: float  # the largest worker process (extraction), apart from kbpack's
     reused_documents: int = 0
     vectors_embedded: int = 0  # chunks that went through the model (the rest were reused)
+    pieces_embedded: int = 0  # pieces that went through the model (the rest were reused)
     filtered: int = 0  # files left out by --include/--exclude (not documents)
     links_not_followed: int = 0  # symlinked folders outside the tree (no --follow-symlinks)
     links_followed: int = 0  # files outside the tree read through a symlink
@@ -195,7 +196,8 @@ def build_from(
     pending: list[_Pending] = []
     n_docs = 0
     n_reused = 0
-    n_embedded = 0  # texts that went through the model (not taken from known_vectors)
+    n_embedded = 0  # chunk texts that went through the model (not taken from known_vectors)
+    n_pieces_embedded = 0  # the same for piece texts
 
     identity = embedder.stamp if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
@@ -214,7 +216,7 @@ def build_from(
     ) as writer:
 
         def flush() -> None:
-            nonlocal t, n_embedded
+            nonlocal t, n_embedded, n_pieces_embedded
             # one model call for the batch: chunk texts, then piece texts
             texts = [s for p in pending for s in p.embedded] + [
                 s for p in pending for s in p.piece_texts
@@ -224,8 +226,10 @@ def build_from(
                 progress.embedding(
                     len(texts), sum(c.tokens for p in pending if p.embedded for c in p.chunks)
                 )
-                fresh, n = _embed(embedder, texts, known_vectors)
-                n_embedded += n
+                fresh, done = _embed(embedder, texts, known_vectors)
+                n_chunk_texts = sum(len(p.embedded) for p in pending)
+                n_embedded += sum(1 for i in done if i < n_chunk_texts)
+                n_pieces_embedded += sum(1 for i in done if i >= n_chunk_texts)
             t = timer.add("embed", t)
             at = 0
             for p in pending:
@@ -312,6 +316,7 @@ def build_from(
         peak_rss_workers_mb=peak_rss_mb()[1],
         reused_documents=n_reused,
         vectors_embedded=n_embedded,
+        pieces_embedded=n_pieces_embedded,
         filtered=found.filtered if found else 0,
         links_not_followed=found.links_not_followed if found else 0,
         links_followed=found.links_followed if found else 0,
@@ -331,11 +336,13 @@ class _Pending:
     piece_texts: list[str] = field(default_factory=list)
 
 
-def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple[np.ndarray, int]:
+def _embed(
+    embedder: Any, texts: list[str], known: KnownVectors | None
+) -> tuple[np.ndarray, list[int]]:
     """Vectors of ``texts`` -- those ``known`` already has, the rest embedded in one call --
-    and how many were embedded."""
+    and the indices of the texts that were embedded."""
     if known is None:
-        return np.asarray(embedder.embed_documents(texts)), len(texts)
+        return np.asarray(embedder.embed_documents(texts)), list(range(len(texts)))
     out = np.zeros((len(texts), embedder.dims), np.float32)
     missing = []
     for i, text in enumerate(texts):
@@ -346,7 +353,7 @@ def _embed(embedder: Any, texts: list[str], known: KnownVectors | None) -> tuple
             out[i] = v
     if missing:
         out[missing] = embedder.embed_documents([texts[i] for i in missing])
-    return out, len(missing)
+    return out, missing
 
 
 def _size(path: Path) -> int:

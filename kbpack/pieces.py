@@ -30,8 +30,8 @@ from kbpack.chunk import _blocks, _split, embedded_text
 
 PIECE_MIN_CHARS = 120
 PIECE_MAX_CHARS = 600
-# Off until bench/pieces.py shows a win on the development set (README "Quality").
-DEFAULT_PIECES = False
+# On: bench/pieces.py measured a win on both phrasings of the development set (README "Quality")
+DEFAULT_PIECES = True
 PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)
 
 PIECE_RULE = (

@@ -20,6 +20,7 @@ from kbpack.document import Document, Page, Section, Status
 from kbpack.errors import PackError
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
+from kbpack.pieces import Piece
 
 
 class PackContents:
@@ -161,6 +162,19 @@ class PackContents:
         a, b = self.chunk_range(doc)
         block = np.asarray(self.r.dataset(F.VEC_DATA)[a:b], dtype=np.float32)
         return block
+
+    def pieces(self, doc: int) -> tuple[list[Piece], np.ndarray]:
+        """The pieces of ``doc``'s chunks (chunk index local to the document) and their float32
+        vectors; nothing in a pack without pieces."""
+        r = self.r
+        if not r.has_pieces:
+            return [], np.zeros((0, 0), np.float32)
+        a, b = self.chunk_range(doc)
+        chunk = r.column(F.PIECE_CHUNK)
+        lo, hi = (int(x) for x in np.searchsorted(chunk, [a, b]))  # rows ordered by chunk
+        start, end = r.column(F.PIECE_FROM), r.column(F.PIECE_TO)
+        out = [Piece(int(chunk[i]) - a, int(start[i]), int(end[i])) for i in range(lo, hi)]
+        return out, r.piece_vectors()[lo:hi]
 
     def vector(self, row: int) -> np.ndarray:
         return np.asarray(self.r.dataset(F.VEC_DATA)[row], dtype=np.float32)

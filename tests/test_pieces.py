@@ -236,15 +236,26 @@ def test_a_pack_with_pieces_answers_with_chunks(
     assert all((x["from"], x["to"]) in spans for x in results)  # chunks, never bare pieces
 
 
-def test_no_pieces_is_the_default_and_bm25_only_refuses_pieces(
+def test_pieces_are_the_default_and_no_pieces_turns_them_off(
     corpus: Path, tmp_path: Path, wide_model: Path
 ) -> None:
-    report = build(corpus, tmp_path / "n.kbpack", wide_model)
+    assert build(corpus, tmp_path / "d.kbpack", wide_model)["counts"]["pieces"] > 0
+    report = build(corpus, tmp_path / "n.kbpack", wide_model, "--no-pieces")
     assert "pieces" not in report["counts"]
     with PackReader(tmp_path / "n.kbpack") as r:
         assert not r.has_pieces
+    # update keeps a pack without pieces without them
+    code, out, err = run(
+        "update", str(tmp_path / "n.kbpack"), str(corpus), "--model", str(wide_model), "--json"
+    )
+    assert code == 0, err
+    assert "pieces" not in json.loads(out)["counts"]
+    # a BM25-only pack has no vectors to cut: --no-vectors alone works, with --pieces it is
+    # a usage error
+    code, out, err = run("build", str(corpus), "-o", str(tmp_path / "b.kbpack"), "--no-vectors")
+    assert code == 0, err
     code, _, err = run(
-        "build", str(corpus), "-o", str(tmp_path / "b.kbpack"), "--no-vectors", "--pieces"
+        "build", str(corpus), "-o", str(tmp_path / "c.kbpack"), "--no-vectors", "--pieces"
     )
     assert code == 2 and "--pieces needs vectors" in err
 
@@ -266,7 +277,7 @@ def test_update_keeps_pieces_and_reuses_their_vectors(
     assert code == 0, err
     report = json.loads(out)
     assert report["counts"] == first["counts"]  # pieces kept without --pieces
-    assert report["vectors_embedded"] == 0  # every chunk and piece vector reused
+    assert report["vectors_embedded"] == report["pieces_embedded"] == 0  # all reused
     code, out, _ = run("diff", str(tmp_path / "p.kbpack"), str(tmp_path / "p.kbpack"), "--json")
     assert code == 0
 
@@ -358,9 +369,22 @@ def test_the_independent_reader_reads_pieces(pieces_pack: Path) -> None:
 def test_diff_says_when_the_piece_level_differs(
     pieces_pack: Path, corpus: Path, tmp_path: Path, wide_model: Path
 ) -> None:
-    build(corpus, tmp_path / "n.kbpack", wide_model)
+    build(corpus, tmp_path / "n.kbpack", wide_model, "--no-pieces")
     code, out, _ = run("diff", str(tmp_path / "n.kbpack"), str(pieces_pack), "--json")
     with PackReader(pieces_pack) as r:
         n = r.counts["pieces"]
     assert code == 1
     assert f"sentence pieces none -> {n}" in json.loads(out)["differences"]
+
+
+def test_migrate_keeps_the_pieces(pieces_pack: Path, tmp_path: Path, wide_model: Path) -> None:
+    out = tmp_path / "m.kbpack"
+    code, _, err = run(
+        "migrate", str(pieces_pack), "-o", str(out), "--model", str(wide_model), "--json"
+    )
+    assert code == 0, err
+    with PackReader(pieces_pack) as a, PackReader(out) as b:
+        assert b.counts["pieces"] == a.counts["pieces"] > 0
+        np.testing.assert_array_equal(a.piece_vectors(), b.piece_vectors())
+        for col in (F.PIECE_CHUNK, F.PIECE_FROM, F.PIECE_TO):
+            np.testing.assert_array_equal(a.column(col), b.column(col))

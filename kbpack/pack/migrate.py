@@ -554,12 +554,20 @@ def _copy(
             gguf=gguf,
             created=reader.manifest.created,
             chunking=reader.chunking,
+            pieces=reader.has_pieces,
         ) as writer:
             for row in contents:
                 doc = contents.document(row)
                 chunks: list[Any] = list(contents.chunks(row))
                 first = writer.n_chunks
-                writer.add_document(doc, chunks, contents.vectors(row))
+                pieces, piece_vectors = contents.pieces(row)
+                writer.add_document(
+                    doc,
+                    chunks,
+                    contents.vectors(row),
+                    pieces,
+                    piece_vectors if reader.has_pieces else None,
+                )
                 for k, ch in enumerate(chunks):
                     postings.add(first + k, doc.text[ch.start : ch.end])
             writer.set_postings(postings.finish(writer.n_chunks))
