@@ -26,7 +26,7 @@ import numpy as np
 
 from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
-from kbpack.pack.digest import plain, strings_digest
+from kbpack.pack.digest import attrs_digest, numeric_digest, plain, strings_digest
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.structure import check_structure
 
@@ -75,10 +75,11 @@ class CheckedDataset:
     pack and the element in the message wherever the read happens.
     """
 
-    def __init__(self, ds: Any, where: str, element: str) -> None:
+    def __init__(self, ds: Any, where: str, element: str, digest: str | None = None) -> None:
         self._ds = ds
         self._where = where
         self.element = element
+        self.digest = digest if ds.dtype.kind != "O" else None  # numeric digests only
         self.shape: tuple[int, ...] = ds.shape
         self.dtype: np.dtype = ds.dtype
 
@@ -87,7 +88,14 @@ class CheckedDataset:
 
     def __getitem__(self, key: Any) -> Any:
         with hdf5_errors(self._where, self.element):
-            return self._ds[key]
+            out = self._ds[key]
+        # (isinstance first: a key may be a numpy index array, whose == is elementwise)
+        whole = (isinstance(key, tuple) and key == ()) or key is Ellipsis
+        whole = whole or (isinstance(key, slice) and key == slice(None))
+        if whole and self.digest is not None and numeric_digest(np.asarray(out)) != self.digest:
+            # a whole read (BM25's baked index) is checked like PackReader.column
+            raise DamagedDataError(self._where, self.element, "differs from the manifest's digest")
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = np.asarray(self[()])
@@ -158,10 +166,25 @@ class PackReader:
         return self.manifest.format_version
 
     def attrs(self, path: str) -> dict[str, Any]:
-        with hdf5_errors(self.where):
-            if path not in self.h5:
-                return {}
-            return {k: plain(v) for k, v in self.h5[path].attrs.items()}
+        """An object's attributes, checked against the manifest's digest (a flipped bit in
+        ``/search@max_distance`` would otherwise move the refusal threshold silently)."""
+        key = f"attrs:{path}"
+        if key not in self._cache:
+            with hdf5_errors(self.where):
+                if path not in self.h5:
+                    return {}
+                raw = dict(self.h5[path].attrs.items())
+            want = self.manifest.elements.get("/@attrs" if path == "/" else path + "@attrs")
+            try:
+                actual = attrs_digest(raw)
+            except UnicodeError:  # a damaged UTF-8 string attribute decodes to surrogates
+                actual = ""
+            if want is not None and actual != want:
+                raise DamagedDataError(
+                    self.where, path, "its attributes differ from the manifest's digest"
+                )
+            self._cache[key] = {k: plain(v) for k, v in raw.items()}
+        return dict(self._cache[key])
 
     @cached_property
     def root_attrs(self) -> dict[str, Any]:
@@ -228,10 +251,19 @@ class PackReader:
 
     # -- data --------------------------------------------------------------------------------
     def column(self, path: str) -> np.ndarray:
-        """A whole numeric dataset, read once and cached."""
+        """A whole numeric dataset, read once, checked against the manifest's digest, cached.
+
+        Fletcher-32 catches damaged data; the digest also catches damage to HDF5's own
+        bookkeeping, such as a flipped bit in a chunk's filter mask that makes HDF5 skip
+        decompression and return the compressed bytes as values.
+        """
         if path not in self._cache:
             with hdf5_errors(self.where, path):
-                self._cache[path] = self.h5[path][()]
+                arr = self.h5[path][()]
+            want = self.manifest.elements.get(path)
+            if want is not None and numeric_digest(arr) != want:
+                raise DamagedDataError(self.where, path, "differs from the manifest's digest")
+            self._cache[path] = arr
         arr: np.ndarray = self._cache[path]
         return arr
 
@@ -248,7 +280,10 @@ class PackReader:
             want = self.manifest.elements.get(path)
             if want is not None and strings_digest(items) != want:
                 raise DamagedDataError(self.where, path, "differs from the manifest's digest")
-            self._cache[path] = [b.decode("utf-8") for b in items]
+            try:
+                self._cache[path] = [b.decode("utf-8") for b in items]
+            except UnicodeDecodeError as e:  # only reachable without a digest to compare
+                raise DamagedDataError(self.where, path, "holds invalid UTF-8") from e
         out: list[str] = self._cache[path]
         return out
 
@@ -256,7 +291,7 @@ class PackReader:
         """The dataset (a ``CheckedDataset``: sliced like h5py's, and a damaged read names the
         element), for reading parts without reading it all."""
         with hdf5_errors(self.where):
-            return CheckedDataset(self.h5[path], self.where, path)
+            return CheckedDataset(self.h5[path], self.where, path, self.manifest.elements.get(path))
 
     def text(self, doc: int) -> str:
         """Canonical text of one document (one element read), checked against its SHA-256.
