@@ -456,6 +456,9 @@ class PackWriter:
                     attrs.update({k: str(self.model.get(k, "")) for k in F.MODEL_PREFIX_ATTRS})
                 elif el.path == F.BM25:
                     attrs.update({F.BM25_K1: 1.2, F.BM25_B: 0.75, F.BM25_TOKENIZER: F.TOKENIZER_ID})
+                    name = getattr(self._postings, "analyzer", None)
+                    if name:  # absent = plain, so plain packs stay byte-identical
+                        attrs[F.BM25_ANALYZER] = name
                 elif el.path == F.CHUNKS:
                     attrs[F.CHUNK_HEADER_RULE] = F.EMBEDDED_TEXT_RULE
                     if self.chunking is not None:
