@@ -53,6 +53,9 @@ class BuildOptions:
     # also embed sentence pieces of each chunk (kbpack/pieces.py); None: update keeps the old
     # pack's choice
     pieces: bool | None = False
+    # BM25 terms rule recorded in the pack (kbpack.lexical.ANALYZERS); None: plain for a
+    # build, the old pack's for update
+    analyzer: str | None = None
 
 
 @dataclass
@@ -185,7 +188,7 @@ def build_from(
     specials = count("") if count else 0
     header_cost: dict[str, int] = {}
 
-    postings = PostingsBuilder()
+    postings = PostingsBuilder(opts.analyzer)
     failed: list[dict[str, str]] = []
     skipped: list[dict[str, str]] = []
     warnings: list[dict[str, str]] = []

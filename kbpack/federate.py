@@ -57,6 +57,14 @@ class SetSearcher(Searcher):
                 f"({sorted(params)}); they cannot be scored as one"
             )
         self.k1, self.b = params.pop()
+        analyzers = {m.r.bm25_analyzer for m in self.members}
+        if len(analyzers) > 1:
+            names = sorted(a or "plain" for a in analyzers)
+            raise UsageError(
+                f"{self.members[1].r.path}: BM25 analyzers differ between the packs ({names}); "
+                "rebuild them with one --analyzer to search them as one"
+            )
+        self.analyzer_name = analyzers.pop()
         self._in_memory = False  # postings read whole (from the second query on)
         self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._cached = 0  # postings held in _parts
@@ -89,7 +97,7 @@ class SetSearcher(Searcher):
             # pack's postings from memory (one read each) instead of slicing HDF5 per term.
             self._in_memory = True
         parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for term in query_terms(query):
+        for term in query_terms(query, self.analyzer_name):
             parts.extend(self._term_parts(term, n))
         # Parts run term by term, so each chunk's terms are summed in the order a merged pack
         # sums them: the scores are equal to the last bit, not merely close.

@@ -100,6 +100,84 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
+PLAIN = "plain"  # the CLI's name for "no analyzer attribute": tokenize() alone
+STEM_MARK = "~"  # never part of a tokenize() term (not a letter, number, joiner or sigil)
+SNOWBALL_ENGLISH = "snowball-english-1"
+ANALYZERS = (PLAIN, SNOWBALL_ENGLISH)
+# A word left as a surface term only: mixed case (camelCase, NTFS, iPhone) marks a name or code.
+_RAW_WORD_RE = re.compile(rf"{_WORD}+")
+
+
+class Analyzer:
+    """The text -> BM25 terms rule a pack records in ``/bm25`` attribute ``analyzer``.
+
+    ``plain`` (the attribute absent): ``tokenize`` alone. ``snowball-english-1``: every
+    ``tokenize`` term, and after each standalone plain word (a ``word`` match without sigil or
+    joiner, letters only, written in lower case or with one initial capital) also
+    ``"~" + its Snowball English stem``. Surface terms stay, so identifiers, codes and exact
+    words match as typed and did-you-mean (which only looks at terms starting with a letter)
+    never suggests a stem; the ``~`` terms let "orphan" find "orphaning".
+    """
+
+    def __init__(self, name: str | None) -> None:
+        if name in (None, PLAIN):
+            self.name: str | None = None
+            self._stem: Any = None
+        elif name == SNOWBALL_ENGLISH:
+            import snowballstemmer  # pure Python; only stemmed packs need it
+
+            self.name = name
+            self._stem = snowballstemmer.stemmer("english")
+        else:
+            raise ValueError(
+                f"unknown BM25 analyzer {name!r}: this kbpack knows {', '.join(ANALYZERS)}"
+            )
+        self._memo: dict[str, str] = {}
+
+    @property
+    def label(self) -> str:
+        return self.name or PLAIN
+
+    def terms(self, text: str) -> list[str]:
+        """BM25 terms of ``text`` in order of appearance (duplicates kept)."""
+        if self._stem is None:
+            return tokenize(text)
+        names = {normalize(w) for w in _RAW_WORD_RE.findall(text) if w[1:] != w[1:].lower()}
+        out: list[str] = []
+        for m in _TOKEN_RE.finditer(normalize(text)):
+            start = len(out)
+            out.extend(tokenize(m.group()))
+            word = m.group("word")
+            if (
+                word is not None
+                and not m.group("sigil")
+                and word.isalpha()
+                and len(out) - start == 1
+                and word not in names
+            ):
+                out.append(STEM_MARK + self._stem_of(word[:MAX_TOKEN_CHARS]))
+        return out
+
+    def _stem_of(self, word: str) -> str:
+        stem = self._memo.get(word)
+        if stem is None:
+            if len(self._memo) >= _MEMO_TERMS:
+                self._memo.clear()
+            stem = self._memo[word] = str(self._stem.stemWord(word))
+        return stem
+
+
+_ANALYZERS: dict[str | None, Analyzer] = {}
+
+
+def analyzer(name: str | None) -> Analyzer:
+    """The analyzer a pack records (None or absent: plain); ValueError names an unknown one."""
+    key = None if name in (None, PLAIN) else name
+    if key not in _ANALYZERS:
+        _ANALYZERS[key] = Analyzer(key)
+    return _ANALYZERS[key]
+
+
 @dataclass
 class Postings:
     """BM25 postings in CSC layout: the postings of ``terms[i]`` are rows
@@ -110,6 +188,7 @@ class Postings:
     chunk: np.ndarray  # int32
     tf: np.ndarray  # int32
     doc_len: np.ndarray  # int32, one per chunk, len(tokenize(content))
+    analyzer: str | None = None  # recorded as /bm25 attribute "analyzer"; None: plain
 
 
 class PostingsBuilder:
@@ -119,7 +198,8 @@ class PostingsBuilder:
     typed arrays (12 bytes per posting); ``finish`` sorts them into CSC order once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, analyzer_name: str | None = None) -> None:
+        self._analyzer = analyzer(analyzer_name)
         self._vocab: dict[str, int] = {}
         self._term = array("i")
         self._chunk = array("i")
@@ -137,7 +217,7 @@ class PostingsBuilder:
                 f"chunk ids must ascend: got {chunk_id} after {len(self._doc_len) - 1}"
             )
         self._doc_len.extend([0] * (chunk_id - len(self._doc_len)))
-        tokens = tokenize(text)
+        tokens = self._analyzer.terms(text)
         self._doc_len.append(len(tokens))
         vocab = self._vocab
         counts = Counter(tokens)
@@ -176,7 +256,14 @@ class PostingsBuilder:
         del order
         doc_len = np.frombuffer(self._doc_len, dtype=np.int32).copy()
         self._doc_len = array("i")
-        return Postings(terms=terms, indptr=indptr, chunk=chunk, tf=tf, doc_len=doc_len)
+        return Postings(
+            terms=terms,
+            indptr=indptr,
+            chunk=chunk,
+            tf=tf,
+            doc_len=doc_len,
+            analyzer=self._analyzer.name,
+        )
 
 
 class TermLookup:
@@ -282,9 +369,10 @@ class TermLookup:
         return out
 
 
-def query_terms(query: str) -> list[str]:
-    """Distinct terms of a query, in first-seen order (a repeated term counts once)."""
-    return list(dict.fromkeys(tokenize(query)))
+def query_terms(query: str, analyzer_name: str | None = None) -> list[str]:
+    """Distinct terms of a query under the pack's analyzer, in first-seen order (a repeated
+    term counts once)."""
+    return list(dict.fromkeys(analyzer(analyzer_name).terms(query)))
 
 
 def length_norms(
@@ -366,6 +454,7 @@ def bm25_scores(
     b: float = B,
     avg_len: float | None = None,
     norms: np.ndarray | None = None,
+    analyzer_name: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """BM25 scores of every chunk that shares a term with ``query``.
 
@@ -375,7 +464,8 @@ def bm25_scores(
     For many queries on one pack, ``BM25Index`` is faster.
     """
     n = len(doc_len)
-    rows = [r for r in (lookup.find(t) for t in query_terms(query)) if r is not None]
+    terms = query_terms(query, analyzer_name)
+    rows = [r for r in (lookup.find(t) for t in terms) if r is not None]
     if not rows or n == 0:
         return _empty()
     if norms is None:
@@ -402,8 +492,10 @@ class BM25Index:
         doc_len: np.ndarray,
         k1: float = K1,
         b: float = B,
+        analyzer_name: str | None = None,
     ) -> None:
         self.lookup = lookup
+        self.analyzer_name = analyzer_name
         self.n = len(doc_len)
         self.indptr = np.asarray(indptr[:], dtype=np.int64)
         self.chunk = np.asarray(chunk[:], dtype=np.int32)
@@ -416,7 +508,8 @@ class BM25Index:
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """``(chunk ids ascending, scores > 0)``, as ``bm25_scores``."""
-        rows = [r for r in map(self._row, query_terms(query)) if r is not None]
+        terms = query_terms(query, self.analyzer_name)
+        rows = [r for r in map(self._row, terms) if r is not None]
         if not rows or self.n == 0:
             return _empty()
         parts = [(self.chunk[lo:hi], self.contrib[lo:hi]) for lo, hi in _bounds(rows, self.indptr)]

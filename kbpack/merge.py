@@ -104,6 +104,7 @@ def check_compatible(readers: Sequence[PackReader]) -> None:
             ("pipeline version", lambda x: x.root_attrs.get(F.R_PIPELINE_VERSION)),
             ("chunking settings", lambda x: x.chunking),
             ("BM25 parameters", lambda x: x.bm25_params),
+            ("BM25 analyzer (build --analyzer)", lambda x: x.bm25_analyzer or "plain"),
         ):
             if get(r) != get(first):
                 raise UsageError(
@@ -170,7 +171,7 @@ def merge_packs(
         first = readers[0]
         dims = int(first.model[F.M_DIMS]) if first.model is not None else None
         records = [source_record(r) for r in readers]
-        postings = PostingsBuilder()
+        postings = PostingsBuilder(first.bm25_analyzer)
         with PackWriter(
             out,
             model=first.model,

@@ -26,7 +26,16 @@ import numpy as np
 from kbpack.dense import PieceIndex, chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
-from kbpack.lexical import BM25Index, TermLookup, bm25_scores, length_norms, tokenize, top_k
+from kbpack.lexical import (
+    STEM_MARK,
+    BM25Index,
+    TermLookup,
+    analyzer,
+    bm25_scores,
+    length_norms,
+    tokenize,
+    top_k,
+)
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.stopwords import STOPWORDS
@@ -135,6 +144,12 @@ def content_terms(query: str) -> list[str]:
     return [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
 
 
+def analyzed_content_terms(query: str, analyzer_name: str | None) -> list[str]:
+    """``content_terms`` under a pack's analyzer: its stem terms too, except stopwords' stems."""
+    terms = dict.fromkeys(analyzer(analyzer_name).terms(query))
+    return [t for t in terms if t.removeprefix(STEM_MARK) not in STOPWORDS]
+
+
 def idf(df: int, n: int) -> float:
     """BM25's (Lucene's) idf; a term no chunk holds weighs the most."""
     return float(np.log1p((n - df + 0.5) / (df + 0.5)))
@@ -175,6 +190,8 @@ class Searcher:
         self._index: BM25Index | None = None
         self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
         self._bm25_queries = 0
+        # the text -> terms rule the postings were built with; queries must use the same
+        self.analyzer_name: str | None = reader.bm25_analyzer
         self._piece_index: PieceIndex | None = None
         # False: score by chunk vectors alone even in a pack with pieces (bench/pieces.py's
         # paired comparison); set before the first query
@@ -225,12 +242,14 @@ class Searcher:
         if self._bm25_queries == 2 and self._index is None:
             # A second query means batch mode or the API: bake every posting's score once (one
             # read of the postings) so each later query only sums slices (bench/bm25.py).
-            self._index = BM25Index(*postings, k1=k1, b=b)
+            self._index = BM25Index(*postings, k1=k1, b=b, analyzer_name=self.analyzer_name)
         if self._index is not None:
             ids, scores = self._index.scores(query)
         else:
             # One query: read only its terms' postings (indptr is one int per term, read whole).
-            ids, scores = bm25_scores(query, *postings, k1=k1, b=b, norms=self._norms)
+            ids, scores = bm25_scores(
+                query, *postings, k1=k1, b=b, norms=self._norms, analyzer_name=self.analyzer_name
+            )
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
@@ -374,7 +393,7 @@ class Searcher:
         distances = None if sims is None else self.dense_distances(query)
         dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
         gate = self.identifier_gate(query) if (refuse and mode_used == "hybrid") else None
-        words = set(content_terms(query))
+        words = set(analyzed_content_terms(query, self.analyzer_name))
 
         def passes(c: int) -> bool:
             if not refuse:
@@ -525,7 +544,8 @@ class Searcher:
 
     def _holds_any(self, chunk: int, words: set[str]) -> bool:
         """The chunk shares a content word with the query (bm25 mode's refusal rule)."""
-        return not words.isdisjoint(tokenize(self.chunk_content(chunk)))
+        terms = analyzer(self.analyzer_name).terms(self.chunk_content(chunk))
+        return not words.isdisjoint(terms)
 
     def _result(
         self,

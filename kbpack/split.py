@@ -197,7 +197,7 @@ def _write_member(
     index: int,
 ) -> int:
     model = r.model
-    postings = PostingsBuilder()
+    postings = PostingsBuilder(r.bm25_analyzer)
     with PackWriter(
         path,
         model=model,

@@ -148,3 +148,26 @@ def tokenize_check(path: str) -> tuple[np.ndarray, list[str]]:
         terms = [blob[off[i] : off[i + 1]].decode() for i in range(len(off) - 1)]
         indptr = f["/bm25/indptr"][()]
     return np.diff(indptr), terms
+
+
+def analyzer_check(path: str) -> tuple[str | None, set[str]]:
+    """The /bm25 ``analyzer`` attribute (None when absent: plain tokenizer) and the stems the
+    spec (§4.1) says its vocabulary must hold: ``"~" + Snowball English stem`` of every
+    standalone lower-case word of the chunks, found here with a plain regex, not kbpack's."""
+    import re
+
+    with h5py.File(path, "r", locking=False) as f:
+        name = f["/bm25"].attrs.get("analyzer")
+    if name is None:
+        return None, set()
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    assert name == "snowball-english-1", name
+    import snowballstemmer
+
+    stem = snowballstemmer.stemmer("english").stemWord
+    want: set[str] = set()
+    for c in read_chunks(path):
+        # a word between spaces: no joiner, digit or sigil next to it, so it is "standalone"
+        for w in re.findall(r"(?<!\S)([a-z]+)(?=[\s,;!?)]|\.(?:\s|$)|$)", c.content):
+            want.add("~" + stem(w))
+    return name, want

@@ -142,3 +142,24 @@ def test_no_space_message_names_sizes(tmp_path: Path) -> None:
         "the pack needs about 5.3 MB (7.3 MB while it is written); "
     )
     assert ("GB free." if free >= 10e9 else "MB free.") in str(e)
+
+
+def test_ctrl_c_while_the_writer_opens_its_spools_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands between opening the text spool and the vector spool (seen once under
+    load in the interrupt test) must not leave the text spool behind."""
+    import builtins
+
+    from kbpack.pack import write
+
+    def interrupted_at_the_vector_spool(path: object, *args: object, **kwargs: object) -> object:
+        if str(path).endswith(".vec"):
+            raise KeyboardInterrupt
+        return builtins.open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(write, "open", interrupted_at_the_vector_spool, raising=False)
+    out = tmp_path / "p.kbpack"
+    with pytest.raises(KeyboardInterrupt):
+        write.PackWriter(out, model={"name": "m"}, dims=4)
+    assert list(tmp_path.iterdir()) == []

@@ -17,6 +17,10 @@ from kbpack.commands.common import (
     table,
     threads_option,
 )
+from kbpack.lexical import PLAIN, SNOWBALL_ENGLISH
+
+# --analyzer's choices -> the name a pack records ("plain" records none)
+_ANALYZER_IDS = {"plain": PLAIN, "snowball-english": SNOWBALL_ENGLISH}
 
 
 def build_options(f: Any) -> Any:
@@ -44,6 +48,14 @@ def build_options(f: Any) -> Any:
             "family's; '' for none).",
         ),
         click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
+        click.option(
+            "--analyzer",
+            type=click.Choice(["plain", "snowball-english"]),
+            default=None,
+            help="BM25 terms: plain (words as written; the default) or snowball-english (also "
+            "English stems, so 'orphan' finds 'orphaning'; codes stay exact). update: as the "
+            "old pack unless given.",
+        ),
         click.option(
             "--pieces/--no-pieces",
             default=None,
@@ -212,6 +224,7 @@ def run_build_command(
         query_prefix=kw["query_prefix"],
         doc_prefix=kw["doc_prefix"],
         pieces=pieces,
+        analyzer=_ANALYZER_IDS.get(kw["analyzer"]) if kw["analyzer"] else None,
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.lexical import ANALYZERS
 from kbpack.pack import format as F
 from kbpack.pack.exam_state import MAX_ROWS_SHOWN, ExamState
 
@@ -34,6 +35,15 @@ class Bm25Invariants(ExamState):
                     F.BM25,
                     f"tokenizer {a.get(F.BM25_TOKENIZER)!r} is not {F.TOKENIZER_ID}; "
                     "this kbpack cannot check the postings",
+                )
+                return
+            name = a.get(F.BM25_ANALYZER)
+            if name is not None and name not in ANALYZERS:
+                self.add(
+                    "bm25-tokenizer",
+                    F.BM25,
+                    f"analyzer {name!r} is not one of {', '.join(ANALYZERS)}; "
+                    "this kbpack cannot check or query the postings",
                 )
                 return
         blob, offsets = self._col(F.BM25_TERMS_BLOB), self._col(F.BM25_TERMS_OFFSETS)
@@ -141,7 +151,10 @@ class Bm25Invariants(ExamState):
         doc_len: np.ndarray,
     ) -> None:
         """Postings of (a sample of) chunks equal the tokenizer's counts of their content."""
-        from kbpack.lexical import tokenize
+        from kbpack.lexical import analyzer
+
+        name = (self.attrs.get(F.BM25) or {}).get(F.BM25_ANALYZER)
+        terms_of = analyzer(None if name is None else str(name)).terms
 
         cols = self._same_length(F.CHUNKS, [F.CHUNK_DOCUMENT, F.CHUNK_FROM, F.CHUNK_TO])
         if terms is None or cols is None:
@@ -171,7 +184,7 @@ class Bm25Invariants(ExamState):
             text = self._text(int(doc[c]))
             if text is None:
                 continue
-            tokens = tokenize(text[int(start[c]) : int(end[c])])
+            tokens = terms_of(text[int(start[c]) : int(end[c])])
             stored = {
                 terms[t].decode("utf-8"): f
                 for t, f in zip(term_of[lo:hi].tolist(), tf_of[lo:hi].tolist(), strict=True)

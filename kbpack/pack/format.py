@@ -125,6 +125,7 @@ BM25_K1 = "k1"
 BM25_B = "b"
 BM25_TOKENIZER = "tokenizer"
 TOKENIZER_ID = "kbpack-words-1"
+BM25_ANALYZER = "analyzer"  # absent: tokenize() alone (kbpack.lexical.Analyzer)
 
 CHUNK_HEADER_RULE = "embedded_text_rule"
 CHUNKING = "chunking"  # JSON: {"window": int|null, "max_chars": int|null, "overlap": int}

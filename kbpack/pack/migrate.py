@@ -539,7 +539,7 @@ def _copy(
     stamp = reader.model
     dims = int(stamp[F.M_DIMS]) if stamp else None
     gguf = None
-    postings = PostingsBuilder()
+    postings = PostingsBuilder(reader.bm25_analyzer)  # migrate keeps the pack's analyzer
     search = reader.search_defaults
     with contextlib.ExitStack() as stack:
         if reader.has_embedded_model:

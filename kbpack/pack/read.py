@@ -245,6 +245,21 @@ class PackReader:
         return out
 
     @cached_property
+    def bm25_analyzer(self) -> str | None:
+        """The ``/bm25`` analyzer attribute; None (absent) means the plain tokenizer."""
+        from kbpack.lexical import ANALYZERS
+
+        name = self.attrs(F.BM25).get(F.BM25_ANALYZER)
+        if name is None:
+            return None
+        if str(name) not in ANALYZERS:
+            raise PackError(
+                f"{self.path}: /bm25 analyzer {str(name)!r} is unknown to this kbpack "
+                f"(it knows {', '.join(ANALYZERS)}); upgrade kbpack or rebuild the pack"
+            )
+        return str(name)
+
+    @cached_property
     def bm25_params(self) -> tuple[float, float]:
         a = self.attrs(F.BM25)
         return float(a.get(F.BM25_K1, 1.2)), float(a.get(F.BM25_B, 0.75))

@@ -143,9 +143,13 @@ class PackWriter:
         self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
         self._piece_spool = self.tmp.with_name(self.tmp.name + ".pieces")
         self._state = "adding"
-        self._text_f = open(self._text_spool, "wb")  # noqa: SIM115 - closed in commit/abort
-        self._vec_f = open(self._vec_spool, "wb") if dims else None  # noqa: SIM115
-        self._piece_f = open(self._piece_spool, "wb") if pieces else None  # noqa: SIM115
+        try:  # a Ctrl-C between two opens must not leave the first spool behind
+            self._text_f = open(self._text_spool, "wb")  # noqa: SIM115 - closed in commit/abort
+            self._vec_f = open(self._vec_spool, "wb") if dims else None  # noqa: SIM115
+            self._piece_f = open(self._piece_spool, "wb") if pieces else None  # noqa: SIM115
+        except BaseException:
+            self._cleanup_spools()  # (a handle opened here is closed when it is collected)
+            raise
         self._piece = {k: _Column(t) for k, t in _PIECE_COLS.items()}
         self._n_pieces = 0
         self._text_lens: list[int] = []
@@ -456,6 +460,9 @@ class PackWriter:
                     attrs.update({k: str(self.model.get(k, "")) for k in F.MODEL_PREFIX_ATTRS})
                 elif el.path == F.BM25:
                     attrs.update({F.BM25_K1: 1.2, F.BM25_B: 0.75, F.BM25_TOKENIZER: F.TOKENIZER_ID})
+                    name = getattr(self._postings, "analyzer", None)
+                    if name:  # absent = plain, so plain packs stay byte-identical
+                        attrs[F.BM25_ANALYZER] = name
                 elif el.path == F.CHUNKS:
                     attrs[F.CHUNK_HEADER_RULE] = F.EMBEDDED_TEXT_RULE
                     if self.chunking is not None:
