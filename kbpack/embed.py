@@ -25,6 +25,14 @@ from kbpack.model.gguf_header import read_gguf_metadata
 from kbpack.model.identity import EMBEDDING_POOLINGS, ModelIdentity, identify_gguf, sha256_file
 from kbpack.model.prefixes import Prefixes, default_prefixes
 
+# llama.cpp's CPU backend runs its threads under OpenMP (libgomp), which reads this variable
+# once, when the library loads. With the default (spin, then sleep) a query embedded on the
+# process's main thread took 134-472 ms vs 9 ms on a worker thread on this shared 2-core
+# machine, and batch embedding 136 ms per text; with PASSIVE (idle threads sleep at once) all
+# three took 6-18 ms (bench/embed_thread.py, bench/RESULTS.md). setdefault: a value the user
+# chose wins. Every llama_cpp import in kbpack follows this module's import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 __all__ = ["Embedder", "ModelIdentity", "Prefixes", "default_model_path", "sha256_file"]
 
 # Tokens per llama_decode call. Attention inside one batch runs across all its tokens (masked
