@@ -89,6 +89,14 @@ def test_the_pack_records_its_analyzer(packs: tuple[Path, Path]) -> None:
     assert ind.analyzer_check(str(plain)) == (None, set())
 
 
+def test_inspect_shows_the_analyzer(
+    capfd: pytest.CaptureFixture[str], packs: tuple[Path, Path]
+) -> None:
+    for pack, want in zip(packs, (SNOWBALL_ENGLISH, "plain"), strict=True):
+        code, out, _ = run(capfd, "inspect", str(pack), "--json")
+        assert code == 0 and json.loads(out)["bm25"]["analyzer"] == want
+
+
 def test_verify_retokenises_with_the_recorded_analyzer(
     capfd: pytest.CaptureFixture[str], packs: tuple[Path, Path]
 ) -> None:

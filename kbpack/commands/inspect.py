@@ -49,7 +49,12 @@ def describe(path: Path) -> dict[str, Any]:
             "model": r.model,
             "embedded_model": r.has_embedded_model,
             "search": r.search_defaults,
-            "bm25": {"k1": r.bm25_params[0], "b": r.bm25_params[1]},
+            "bm25": {
+                "k1": r.bm25_params[0],
+                "b": r.bm25_params[1],
+                # raw, so that a pack with an analyzer this kbpack lacks can still be inspected
+                "analyzer": str(r.attrs(F.BM25).get(F.BM25_ANALYZER, "plain")),
+            },
             "element_bytes": sizes,
             "failed": [
                 {"name": n, "stage": st, "reason": why}
