@@ -153,7 +153,9 @@ def test_merge_update_and_migrate_keep_the_analyzer(
         assert r.bm25_analyzer is None
 
 
-def test_an_unknown_analyzer_is_one_line_naming_the_pack(tmp_path: Path) -> None:
+def test_an_unknown_analyzer_is_one_line_naming_the_pack(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from dataclasses import replace
 
     from kbpack.errors import PackError
@@ -177,3 +179,9 @@ def test_an_unknown_analyzer_is_one_line_naming_the_pack(tmp_path: Path) -> None
         w.commit()
     with PackReader(out) as r, pytest.raises(PackError, match=r"future\.kbpack: /bm25 analyzer"):
         assert r.bm25_analyzer
+    code, _, err = run(capfd, "query", str(out), "--mode", "bm25", "logs")
+    assert (
+        code == 1 and "analyzer 'porter-9' is unknown" in err and len(err.strip().splitlines()) == 1
+    )
+    code, out_json, _ = run(capfd, "verify", str(out), "--json")
+    assert code == 1 and "bm25-tokenizer" in out_json
