@@ -325,21 +325,11 @@ class TermLookup:
     def find(self, term: str) -> int | None:
         """Row of ``term`` (already tokenized), or None when no chunk contains it."""
         key = term.encode("utf-8")
-        k = bisect.bisect_right(self._sample, key) - 1
-        if k < 0:
-            return None
-        first = k * _STRIDE
-        off = self.offsets[first : first + _STRIDE + 1].tolist()
-        data = self._bytes
-        lo, hi = 0, len(off) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if data[off[mid] : off[mid + 1]] < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(off) - 1 and data[off[lo] : off[lo + 1]] == key:
-            return first + lo
+        row = self.lower_bound(key)
+        if row < len(self):
+            a, b = self.offsets[row : row + 2].tolist()
+            if self._bytes[a:b] == key:
+                return row
         return None
 
     def problems(self) -> list[str]:
