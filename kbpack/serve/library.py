@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.document import Page
 from kbpack.errors import PackError, UsageError
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
@@ -56,13 +57,6 @@ class Section:
     start: int
     end: int
     parent: int
-
-
-@dataclass
-class Page:
-    number: int
-    start: int
-    end: int
 
 
 @dataclass
