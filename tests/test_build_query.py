@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 
-from kbpack.cli import cli
 from kbpack.pack.format import MAGIC  # an old pack's first bytes: -o replaces only packs
 
 DOCS = {
@@ -43,11 +42,6 @@ Archives use ZIP_DEFLATED when zlib is available, otherwise ZIP_STORED.
     "notes.txt": "Deploy the service to EU-WEST-1 first, then to the other regions.\n\nUse %z in strftime for the UTC offset.\n\nRun python -X importtime to see slow imports.\n",
     "broken.pdf": "this is not a pdf",
 }
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture(scope="module")

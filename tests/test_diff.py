@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from packs import SAMPLE, failed_doc, markdown_doc, write_pack
 from tiny_gguf import build_tiny_gguf
 
-from kbpack.cli import cli
 from kbpack.pack import format as F
 from kbpack.pack.diff import diff_packs
 from kbpack.pack.read import PackReader
@@ -22,11 +21,6 @@ CORPUS = {
     "db.md": "# Database\n\n## Threads\n\nShare one connection between threads and lock it.\n",
     "notes.txt": "Deploy to EU-WEST-1 first.\n\nUse %z in strftime for the UTC offset.\n",
 }
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 def build(src: Path, out: Path, model: Path) -> Path:

@@ -12,9 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 
-from kbpack.cli import cli
 from kbpack.errors import UsageError
 from kbpack.extract import Limits, discover, extract_file
 
@@ -25,11 +24,6 @@ def write(path: Path, data: bytes | str = "text\n") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data.encode() if isinstance(data, str) else data)
     return path
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_run import run
 from click.testing import CliRunner
 from tiny_gguf import build_tiny_gguf
 
@@ -28,11 +29,6 @@ CORPUS = {
     "model.md": "# Model\n\nThe model is a file.\n\n## Offline\n\nThe offline model is not text.\n",
     "broken.pdf": "not a pdf",
 }
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 def sha256(path: Path) -> str:

@@ -10,14 +10,13 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_verify import _with_fixed_digests, codes
 from tiny_gguf import build_tiny_gguf
 
 from kbpack.chunk import ChunkConfig, chunk_document
-from kbpack.cli import cli
 from kbpack.dense import PieceIndex, chunk_scores
 from kbpack.extract import discover, extract_all
 from kbpack.pack import format as F
@@ -164,11 +163,6 @@ def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random model with a 200-token window: a paragraph of its own words fits."""
     out = tmp_path_factory.mktemp("wide") / "tiny-wide.gguf"
     return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture(scope="module")

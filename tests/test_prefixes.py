@@ -10,12 +10,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from tiny_gguf import build_tiny_gguf
 
 import kbpack
 from kbpack.chunk import embedded_text, header, section_path
-from kbpack.cli import cli
 from kbpack.embed import Embedder
 from kbpack.errors import UsageError
 from kbpack.model.prefixes import BGE_QUERY, Prefixes, default_prefixes, family_of, override
@@ -29,11 +28,6 @@ DOCS = {
     "db.md": "# Database\n\n## Threads\n\nPass check_same_thread=False to share one connection.\n",
 }
 QUERY, DOC = "query: ", "passage: "
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture(scope="module")

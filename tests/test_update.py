@@ -7,10 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from tiny_gguf import build_tiny_gguf
 
-from kbpack.cli import cli
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
@@ -23,11 +22,6 @@ CORPUS = {
     "broken.pdf": "this is not a pdf",
     "data.xyz": "unsupported",
 }
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
 
 
 def write_corpus(root: Path, docs: dict[str, str]) -> Path:
