@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack import interrupt
 from kbpack.errors import UsageError
 from kbpack.lexical import PostingsBuilder
 from kbpack.merge import copy_document
@@ -207,6 +208,7 @@ def _write_member(
         chunking=r.chunking,
         pieces=r.has_pieces,
         manifest_extra={"set": {"id": set_id, "index": index, "count": 0}},
+        intermediate=True,  # renamed into place by _publish with the whole set
     ) as w:
         s = r.search_defaults
         w.set_search_defaults(s["max_distance"], s.get("calibration"))
@@ -224,14 +226,17 @@ def _publish(parts: list[tuple[Path, list[int], int]], out: Path) -> list[dict[s
         manifest = header.manifest
         manifest.extra["set"]["count"] = len(parts)
         write_header(tmp, encode_header(manifest.to_json_bytes()))
-    for i, (tmp, rows, size) in enumerate(parts, 1):
-        final = member_path(out, i)
-        os.replace(tmp, final)
-        members.append({"path": str(final), "bytes": size, "documents": len(rows)})
-    with contextlib.suppress(OSError):
-        fd = os.open(out.parent, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+    interrupt.check()
+    with interrupt.uninterruptible():  # a signal here would leave a set of old and new members
+        for i, (tmp, rows, size) in enumerate(parts, 1):
+            final = member_path(out, i)
+            os.replace(tmp, final)
+            interrupt.published(final)
+            members.append({"path": str(final), "bytes": size, "documents": len(rows)})
+        with contextlib.suppress(OSError):
+            fd = os.open(out.parent, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
     return members
 
 
