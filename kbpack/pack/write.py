@@ -118,7 +118,10 @@ class PackWriter:
         chunking: Mapping[str, Any] | None = None,
         manifest_extra: Mapping[str, Any] | None = None,
         pieces: bool = False,
+        intermediate: bool = False,
     ) -> None:
+        """``intermediate``: ``out`` is a hidden file its caller renames later (split's members),
+        so its commit is not reported as a published file after a late signal."""
         if (model is None) != (dims is None):
             raise ValueError(
                 "a model identity and dims come together (or neither: a BM25-only pack)"
@@ -136,6 +139,7 @@ class PackWriter:
         if pieces and not dims:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
+        self.intermediate = intermediate
         self.created = created or created_now()
         self.stale_removed = remove_stale_temp_files(self.out)  # left by killed writers
         self.tmp = temp_path_for(self.out)
@@ -358,8 +362,15 @@ class PackWriter:
             write_header(self.tmp, encode_header(manifest.to_json_bytes()))
             _fsync_file(self.tmp)
             interrupt.check()  # a Ctrl-C swallowed by a finalizer must not publish the pack
-            os.replace(self.tmp, self.out)
-            _fsync_dir(self.out.parent)
+            # a signal from here on is raised after the rename is durable and recorded, so the
+            # CLI can say the new pack is complete (a signal here ended with rc -15 in 0.1)
+            with interrupt.uninterruptible():
+                os.replace(self.tmp, self.out)
+                if not self.intermediate:
+                    interrupt.published(self.out)
+                self._state = "committed"
+                _fsync_dir(self.out.parent)
+                self._cleanup_spools()
         except ChildFailed as e:
             free = free_bytes(self.out.parent)
             written = self.tmp.stat().st_size if self.tmp.exists() else 0
@@ -373,15 +384,13 @@ class PackWriter:
                 raise no_space_error(self.out, needed, error_number(e), spools) from e
             raise
         except BaseException:
-            self.abort()
+            self.abort()  # (nothing to undo once committed: a late signal is raised here)
             raise
-        self._state = "committed"
-        self._cleanup_spools()
         return CommitResult(self.out, size, counts)
 
     def abort(self) -> None:
         """Remove the temp files; the output path is left as it was."""
-        if self._state == "aborted":
+        if self._state in ("aborted", "committed"):
             return
         self._state = "aborted"
         for f in (self._text_f, self._vec_f, self._piece_f):
