@@ -81,7 +81,7 @@ def test_minhash_estimate_tracks_the_true_jaccard() -> None:
 
 def test_the_threshold_separates_a_copy_from_a_similar_section() -> None:
     assert true_jaccard(PASSAGE, PDF_COPY) >= NEAR_THRESHOLD + 0.05
-    assert true_jaccard(PASSAGE, SIMILAR) <= NEAR_THRESHOLD - 0.2
+    assert true_jaccard(PASSAGE, SIMILAR) <= NEAR_THRESHOLD - 0.15
     assert estimated(PASSAGE, PDF_COPY) >= NEAR_THRESHOLD
     assert estimated(PASSAGE, SIMILAR) < NEAR_THRESHOLD
 
