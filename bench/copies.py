@@ -48,7 +48,9 @@ def same_manual(a: str, b: str, folders: list[str]) -> bool:
     return any(a.startswith(f) and b.startswith(f) for f in folders)
 
 
-def exact_pairs(shingles: list[set[tuple[str, ...]]], docs: np.ndarray) -> dict[tuple[int, int], float]:
+def exact_pairs(
+    shingles: list[set[tuple[str, ...]]], docs: np.ndarray
+) -> dict[tuple[int, int], float]:
     """Exact Jaccard of every pair of chunks of different documents sharing a shingle."""
     holders: dict[tuple[str, ...], list[int]] = defaultdict(list)
     for row, s in enumerate(shingles):
@@ -62,9 +64,7 @@ def exact_pairs(shingles: list[set[tuple[str, ...]]], docs: np.ndarray) -> dict[
             for b in rows[i + 1 :]:
                 if docs[a] != docs[b]:
                     common[(a, b)] += 1
-    return {
-        (a, b): n / (len(shingles[a]) + len(shingles[b]) - n) for (a, b), n in common.items()
-    }
+    return {(a, b): n / (len(shingles[a]) + len(shingles[b]) - n) for (a, b), n in common.items()}
 
 
 def linked(groups: list[list[int]]) -> set[tuple[int, int]]:
@@ -99,9 +99,12 @@ def main() -> None:
     truth = {
         p
         for p, j in exact.items()
-        if j >= args.label_jaccard and same_manual(names[doc_of[p[0]]], names[doc_of[p[1]]], args.same)
+        if j >= args.label_jaccard
+        and same_manual(names[doc_of[p[0]]], names[doc_of[p[1]]], args.same)
     }
-    print(f"labelled copies: {len(truth)} pairs (exact Jaccard >= {args.label_jaccard}, same manual)")
+    print(
+        f"labelled copies: {len(truth)} pairs (exact Jaccard >= {args.label_jaccard}, same manual)"
+    )
 
     for th in [float(x) for x in args.thresholds.split(",")]:
         t0 = time.perf_counter()
@@ -126,7 +129,9 @@ def main() -> None:
             wrong = sorted(got - truth)[: args.show] + sorted(truth - got)[: args.show]
             for a, b in wrong:
                 kind = "FP" if (a, b) in got else "FN"
-                print(f"--- {kind} exact J={exact.get((a, b), 0):.2f} {names[doc_of[a]]} / {names[doc_of[b]]}")
+                print(
+                    f"--- {kind} exact J={exact.get((a, b), 0):.2f} {names[doc_of[a]]} / {names[doc_of[b]]}"
+                )
                 print("  A:", re.sub(r"\s+", " ", texts[a])[:300])
                 print("  B:", re.sub(r"\s+", " ", texts[b])[:300])
 

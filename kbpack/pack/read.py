@@ -360,6 +360,28 @@ class PackReader:
         """All piece vectors as float32 (searched in memory beside the chunk vectors)."""
         return self._float32(F.PIECE_DATA)
 
+    @property
+    def has_copies(self) -> bool:
+        """Whether the pack stores groups of copies (``/copies``; packs of kbpack 0.2.0 do not)."""
+        with hdf5_errors(self.where):
+            return F.COPY_CHUNK in self.h5
+
+    def copy_groups(self) -> np.ndarray | None:
+        """The copy group of every chunk row (int64, -1 for a chunk with no copy), or None in a
+        pack without ``/copies``."""
+        if not self.has_copies:
+            return None
+        key = "copy_groups"
+        if key not in self._cache:
+            n = len(self.column(F.CHUNK_DOCUMENT))
+            out = np.full(n, -1, dtype=np.int64)
+            chunk = self.column(F.COPY_CHUNK).astype(np.int64)
+            ok = (chunk >= 0) & (chunk < n)  # verify reports the rest; search must not crash
+            out[chunk[ok]] = self.column(F.COPY_GROUP)[ok]
+            self._cache[key] = out
+        arr: np.ndarray = self._cache[key]
+        return arr
+
     def chunk_content(self, chunk: int) -> str:
         doc = int(self.column(F.CHUNK_DOCUMENT)[chunk])
         start = int(self.column(F.CHUNK_FROM)[chunk])
