@@ -194,11 +194,15 @@ class SetSearcher(Searcher):
 
     # -- copies: each pack's stored groups, and copies across packs found among the results ----
     def copy_group(self, chunk: int) -> Any | None:
+        if not self.use_copies:
+            return None
         i, local = self.locate(chunk)
         group = self.members[i].copy_group(local)
         return None if group is None else (i, group)
 
     def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+        if not self.use_copies:
+            return
         i, local = self.locate(chunk)
         self.members[i]._list_copies(local, res, f"{self.names[i]}: ")
 
@@ -209,7 +213,7 @@ class SetSearcher(Searcher):
         groups were made with (kbpack/copies.py): the same manual in two packs of a set is one
         result. Only between packs that store groups (0.2.0 packs keep identical-words only)."""
         i, _ = self.locate(chunk)
-        if not self.members[i].r.has_copies:
+        if not (self.use_copies and self.members[i].r.has_copies):
             return None
         mine = self._fingerprint(chunk)
         if mine.key is None:

@@ -203,6 +203,9 @@ class Searcher:
         # False: score by chunk vectors alone even in a pack with pieces (bench/pieces.py's
         # paired comparison); set before the first query
         self.use_pieces = True
+        # False: ignore the pack's stored copy groups (/copies) and collapse identical words
+        # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
+        self.use_copies = True
         self._dense_cache: tuple[str, np.ndarray, np.ndarray] | None = None
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
@@ -500,14 +503,14 @@ class Searcher:
     def copy_group(self, chunk: int) -> Any | None:
         """The stored copy group of ``chunk`` (hashable), or None: no copy, or a pack without
         ``/copies`` (kbpack 0.2.0), where only chunks of identical words are collapsed."""
-        groups = self.r.copy_groups()
+        groups = self.r.copy_groups() if self.use_copies else None
         if groups is None or groups[chunk] < 0:
             return None
         return int(groups[chunk])
 
     def copy_members(self, chunk: int) -> list[int]:
         """The other chunks of ``chunk``'s stored group, ascending."""
-        groups = self.r.copy_groups()
+        groups = self.r.copy_groups() if self.use_copies else None
         if groups is None or groups[chunk] < 0:
             return []
         return [int(x) for x in np.flatnonzero(groups == groups[chunk]) if x != chunk]
