@@ -120,10 +120,13 @@ class PackWriter:
         chunking: Mapping[str, Any] | None = None,
         manifest_extra: Mapping[str, Any] | None = None,
         pieces: bool = False,
+        intermediate: bool = False,
         copies: bool = True,
     ) -> None:
-        """``copies``: find copies of one passage among the chunks and store the groups
-        (``/copies``); False writes a pack as kbpack 0.2.0 did, without the element."""
+        """``intermediate``: ``out`` is a hidden file its caller renames later (split's members),
+        so its commit is not reported as a published file after a late signal. ``copies``: find
+        copies of one passage among the chunks and store the groups (``/copies``); False writes
+        a pack as kbpack 0.2.0 did, without the element."""
         if (model is None) != (dims is None):
             raise ValueError(
                 "a model identity and dims come together (or neither: a BM25-only pack)"
@@ -141,6 +144,7 @@ class PackWriter:
         if pieces and not dims:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
+        self.intermediate = intermediate
         # every chunk's fingerprint, grouped at commit (kbpack/copies.py); None: no /copies
         self._copy_finder = CopyFinder() if copies else None
         self._copy_groups: CopyGroups | None = None
@@ -370,8 +374,15 @@ class PackWriter:
             write_header(self.tmp, encode_header(manifest.to_json_bytes()))
             _fsync_file(self.tmp)
             interrupt.check()  # a Ctrl-C swallowed by a finalizer must not publish the pack
-            os.replace(self.tmp, self.out)
-            _fsync_dir(self.out.parent)
+            # a signal from here on is raised after the rename is durable and recorded, so the
+            # CLI can say the new pack is complete (a signal here ended with rc -15 in 0.1)
+            with interrupt.uninterruptible():
+                os.replace(self.tmp, self.out)
+                if not self.intermediate:
+                    interrupt.published(self.out)
+                self._state = "committed"
+                _fsync_dir(self.out.parent)
+                self._cleanup_spools()
         except ChildFailed as e:
             free = free_bytes(self.out.parent)
             written = self.tmp.stat().st_size if self.tmp.exists() else 0
@@ -385,15 +396,13 @@ class PackWriter:
                 raise no_space_error(self.out, needed, error_number(e), spools) from e
             raise
         except BaseException:
-            self.abort()
+            self.abort()  # (nothing to undo once committed: a late signal is raised here)
             raise
-        self._state = "committed"
-        self._cleanup_spools()
         return CommitResult(self.out, size, counts)
 
     def abort(self) -> None:
         """Remove the temp files; the output path is left as it was."""
-        if self._state == "aborted":
+        if self._state in ("aborted", "committed"):
             return
         self._state = "aborted"
         for f in (self._text_f, self._vec_f, self._piece_f):
