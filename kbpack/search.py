@@ -296,6 +296,16 @@ class Searcher:
         """(dense score, chunk cosine) of every chunk, computed once per query string."""
         if self._dense_cache is None or self._dense_cache[0] != query:
             score, cos = self._scores(self._query_vector(query))
+            # a NaN or infinite component (a pack whose digests were rewritten to match: only
+            # verify's invariants would say so) must be one line, not a fusion ValueError
+            for element, values in ((F.VEC_DATA, cos), (F.PIECE_DATA, score)):
+                bad = np.flatnonzero(~np.isfinite(values))
+                if bad.size:
+                    raise DamagedDataError(
+                        self.r.where,
+                        element,
+                        f"the vectors of chunk {int(bad[0])} are not finite (NaN or infinity)",
+                    )
             self._dense_cache = (query, score, cos)
         return self._dense_cache[1], self._dense_cache[2]
 

@@ -78,6 +78,7 @@ CODES: dict[str, str] = {
     "count-mismatch": "a row count differs from the manifest's counts",
     "size-out-of-range": "a dataset declares more bytes than the file can hold",
     "hdf5-unreadable": "HDF5 cannot open or walk the file",
+    "heap-malformed": "a global heap collection (strings) that HDF5 would loop on or overrun",
     "sandbox-crash": "the HDF5 parser crashed (in the child; the CLI survives)",
     "sandbox-timeout": "the HDF5 parser ran past its time limit",
     "sandbox-memory": "the HDF5 parser ran past its memory limit",
