@@ -19,6 +19,7 @@ from kbpack.pack.manifest import Header
 from kbpack.pack.structure import Finding, check_structure
 from kbpack.verify.digests import ElementDigests
 from kbpack.verify.invariants.bm25 import Bm25Invariants
+from kbpack.verify.invariants.copies import CopyInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
 from kbpack.verify.invariants.text import Invariants
 from kbpack.verify.invariants.vectors import VectorInvariants
@@ -123,7 +124,9 @@ def merge(report: VerifyReport, result: dict[str, Any], quick: bool) -> None:
     )
 
 
-class Examiner(ElementDigests, Invariants, VectorInvariants, PieceInvariants, Bm25Invariants):
+class Examiner(
+    ElementDigests, Invariants, VectorInvariants, PieceInvariants, CopyInvariants, Bm25Invariants
+):
     """Steps 3-5 in order, each check turned into findings instead of exceptions."""
 
     def run(self, h: Any, quick: bool, out: dict[str, Any]) -> None:
@@ -186,7 +189,9 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, PieceInvariants, Bm
 
     def late_invariants(self, h: Any) -> None:
         """Checks that need the vector pass finished."""
-        self._run_checks(self._check_vectors, self._check_pieces, self._check_counts)
+        self._run_checks(
+            self._check_vectors, self._check_pieces, self._check_copies, self._check_counts
+        )
 
     def _run_checks(self, *checks: Callable[[], None]) -> None:
         for check in checks:
