@@ -182,14 +182,18 @@ def build_pack(
     seed: int = 7,
     identity: dict[str, Any] | None = None,
     prefix: str = "synth",
+    pieces: bool = False,
 ) -> dict[str, Any]:
     """Write a pack of ``n_chunks`` synthetic chunks with random unit vectors; return figures.
 
     The loop is build.build_from's, minus the model: chunk each document, append it to the
-    PackWriter with its vectors, feed the chunks' content to the BM25 PostingsBuilder.
+    PackWriter with its vectors, feed the chunks' content to the BM25 PostingsBuilder. With
+    ``pieces``, each chunk is cut into sentence pieces by kbpack's own rule (real offsets, as
+    ``build --pieces`` cuts them) and each piece gets a random unit vector too.
     """
     from kbpack.lexical import PostingsBuilder
     from kbpack.pack.write import PackWriter
+    from kbpack.pieces import pieces_of
 
     t0 = time.perf_counter()
     gen = Generator(Pool(), seed, prefix=prefix)
@@ -204,7 +208,8 @@ def build_pack(
     postings = PostingsBuilder()
     text_chars = 0
     docs = 0
-    with PackWriter(out, model=identity, dims=dims) as w:
+    n_pieces = 0
+    with PackWriter(out, model=identity, dims=dims, pieces=pieces) as w:
         while w.n_chunks < n_chunks:
             t = time.perf_counter()
             doc = gen.document()
@@ -213,9 +218,16 @@ def build_pack(
             t2 = time.perf_counter()
             v = rng.standard_normal((len(chunks), dims), dtype=np.float32)
             v /= np.linalg.norm(v, axis=1, keepdims=True)
+            cut = pieces_of(doc.text, [(c.start, c.end) for c in chunks]) if pieces else []
+            pv = rng.standard_normal((len(cut), dims), dtype=np.float32)
+            pv /= np.linalg.norm(pv, axis=1, keepdims=True)
+            n_pieces += len(cut)
             t3 = time.perf_counter()
             first = w.n_chunks
-            w.add_document(doc, chunks, v)
+            if pieces:
+                w.add_document(doc, chunks, v, cut, pv)
+            else:
+                w.add_document(doc, chunks, v)
             t4 = time.perf_counter()
             for i, c in enumerate(chunks):
                 postings.add(first + i, doc.text[c.start : c.end])
@@ -239,6 +251,7 @@ def build_pack(
     return {
         "path": str(result.path),
         "chunks": result.counts["chunks"],
+        "pieces": n_pieces,
         "documents": docs,
         "terms": result.counts["terms"],
         "postings": result.counts["postings"],
@@ -275,6 +288,7 @@ def main() -> int:
     p.add_argument("--dims", type=int, default=384)
     p.add_argument("-o", "--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--pieces", action="store_true", help="sentence pieces with their vectors")
     p.add_argument("--json", action="store_true")
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -282,7 +296,7 @@ def main() -> int:
         n = write_corpus(args.out, args.docs, args.seed)
         print(f"{args.docs} documents, {n} bytes in {args.out}")
         return 0
-    figures = build_pack(args.out, args.chunks, args.dims, args.seed)
+    figures = build_pack(args.out, args.chunks, args.dims, args.seed, pieces=args.pieces)
     if args.json:
         print(json.dumps(figures))
     else:

@@ -32,8 +32,8 @@ import numpy as np
 
 from kbpack.document import Document, Section
 from kbpack.lexical import PostingsBuilder
-from kbpack.pack.verify import verify_pack
 from kbpack.pack.write import PackWriter
+from kbpack.verify.pipeline import verify_pack
 
 CHUNKS_PER_DOC = 100
 

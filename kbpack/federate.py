@@ -79,10 +79,10 @@ class SetSearcher(Searcher):
         return int(self.base[-1])
 
     def prepare(self) -> None:
-        """Load each pack's vectors now (a server pays once at start)."""
+        """Map each pack's vectors now (a server pays once at start)."""
         if self.embedder is not None:
             for m in self.members:
-                m.r.vectors()
+                m.r.stored_rows(F.VEC_DATA)
 
     # -- BM25 with summed statistics -----------------------------------------------------------
     def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -154,6 +154,15 @@ class SetSearcher(Searcher):
         # each pack scores its own chunks (with its pieces, if it has them)
         parts = [m._scores(q) for m in self.members]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        score = np.empty(ids.size, np.float32)
+        cos = np.empty(ids.size, np.float32)
+        for at, c in enumerate(ids):
+            i, local = self.locate(int(c))
+            s, x = self.members[i]._checked_scores(q, np.array([local]))
+            score[at], cos[at] = s[0], x[0]
+        return score, cos
 
     # -- filters, gate, thresholds, citations --------------------------------------------------
     def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:

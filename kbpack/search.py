@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.dense import PieceIndex, chunk_scores
+from kbpack.dense import PieceIndex, checked_scores, chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
 from kbpack.lexical import (
@@ -37,7 +37,7 @@ from kbpack.lexical import (
     top_k,
 )
 from kbpack.pack import format as F
-from kbpack.pack.read import PackReader
+from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.stopwords import STOPWORDS
 from kbpack.typos import Suggestion, best_suggestions, checkable, near_terms
 
@@ -47,6 +47,9 @@ RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may ope
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
 MODES = ("hybrid", "dense", "bm25")
+# the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
+# by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for
+SCAN_TOLERANCE = 1e-5
 
 # An inner capital (PostgreSQL, GitHub) is not code-like: names like these are ordinary words
 # in questions and made the gate answer out-of-domain queries (measured by kbpack calibrate).
@@ -207,7 +210,7 @@ class Searcher:
         """Load now what every query needs (the vectors, the baked BM25 postings), so that a
         long-lived server pays for them once at start and not on its first requests."""
         if self.embedder is not None:
-            self.r.vectors()
+            self.r.stored_rows(F.VEC_DATA)  # maps the file, reads the chunk index
             self._pieces()
         if self.r.counts.get("chunks", 0):
             self._bm25_queries = max(self._bm25_queries, 1)  # the next call bakes
@@ -286,7 +289,34 @@ class Searcher:
 
     def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dense score, cosine) of the unit query vector for every chunk of this pack."""
-        return chunk_scores(self.r.vectors(), q, self._pieces())
+        return chunk_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces())
+
+    def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_scores`` of the chunks ``ids`` from vectors read through HDF5's checksum."""
+        return checked_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces(), ids)
+
+    def _check_dense(self, query: str, ids: list[int]) -> None:
+        """Re-score the chunks a search returns from checksummed reads and refuse the pack when
+        they differ from the scan's: the scan reads the stored bytes without HDF5's Fletcher-32
+        check (``kbpack/vector_scan.py``), so this is what keeps every dense score a query shows
+        checked (spec §1.2)."""
+        if not ids:
+            return
+        score, cos = self._dense_pair(query)
+        rows = np.asarray(ids, dtype=np.int64)
+        want_score, want_cos = self._checked_scores(self._query_vector(query), rows)
+        for element, got, want in (
+            (F.VEC_DATA, cos[rows], want_cos),
+            (F.PIECE_DATA, score[rows], want_score),
+        ):
+            bad = np.flatnonzero(~(np.abs(got - want) <= SCAN_TOLERANCE))
+            if bad.size:
+                raise DamagedDataError(
+                    self.r.where,
+                    element,
+                    f"the vectors of chunk {int(rows[bad[0]])} read without and with their "
+                    "checksum differ",
+                )
 
     def _pieces(self) -> PieceIndex | None:
         """The pack's piece vectors grouped by chunk, loaded once; None in a pack without."""
@@ -294,7 +324,7 @@ class Searcher:
             return None
         if self._piece_index is None and self.r.has_pieces:
             self._piece_index = PieceIndex.from_columns(
-                self.r.piece_vectors(), self.r.column(F.PIECE_CHUNK)
+                self.r.stored_rows(F.PIECE_DATA), self.r.column(F.PIECE_CHUNK)
             )
         return self._piece_index
 
@@ -410,6 +440,7 @@ class Searcher:
 
             top = DEFAULT_TOP if rerank_top is None else rerank_top
         results: list[Result] = []
+        returned: list[int] = []
         seen: dict[tuple[str, ...], Result] = {}
         for c, score in ordered:
             if len(results) >= max(k, top):
@@ -430,6 +461,9 @@ class Searcher:
                 continue
             seen[key] = res
             results.append(res)
+            returned.append(c)  # res.chunk is a row of its own pack when searching a set
+        if sims is not None:
+            self._check_dense(query, returned)
         if top and results:
             results = self._rerank(query, results, top)
         results = results[:k]

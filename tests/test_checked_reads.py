@@ -143,7 +143,7 @@ def test_an_intact_pack_reads_the_same_through_the_checks(pack: Path) -> None:
 
 def test_a_format_2_dataset_without_its_checksum_is_refused(pack: Path, tmp_path: Path) -> None:
     """Stripping the checksum filter would turn checked reads off: the reader refuses it."""
-    from kbpack.pack.verify import verify_pack
+    from kbpack.verify.pipeline import verify_pack
 
     bad = tmp_path / "unchecked.kbpack"
     shutil.copyfile(pack, bad)

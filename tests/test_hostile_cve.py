@@ -21,7 +21,8 @@ from test_verify_fixture import cve_dir, cve_files, wrap_hdf5
 
 from kbpack.commands.inspect import describe
 from kbpack.errors import KbpackError
-from kbpack.pack.verify import Limits, SandboxFailure, run_isolated, verify_pack
+from kbpack.verify.pipeline import verify_pack
+from kbpack.verify.sandbox import Limits, SandboxFailure, run_isolated
 
 FILES = cve_files()
 CLI = [sys.executable, "-c", "from kbpack.cli import main; main()"]

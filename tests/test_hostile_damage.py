@@ -19,7 +19,7 @@ from test_verify_fixture import make_pack
 
 from kbpack.pack import format as F
 from kbpack.pack.storage import data_spans
-from kbpack.pack.verify import verify_pack
+from kbpack.verify.pipeline import verify_pack
 
 N_FLIPS = 1000
 N_TRUNCATIONS = 100

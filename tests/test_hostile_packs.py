@@ -25,7 +25,8 @@ from test_verify_fixture import make_pack, restamp
 
 from kbpack.cli import cli
 from kbpack.pack import format as F
-from kbpack.pack.verify import Limits, verify_pack
+from kbpack.verify.pipeline import verify_pack
+from kbpack.verify.sandbox import Limits
 
 SECRET = b"TOP-SECRET-7f3a9c-DO-NOT-LEAK"
 CLI = [sys.executable, "-c", "from kbpack.cli import main; main()"]

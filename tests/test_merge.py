@@ -16,7 +16,7 @@ from kbpack.cli import cli
 from kbpack.errors import UsageError
 from kbpack.merge import merge_packs
 from kbpack.pack.read import PackReader
-from kbpack.pack.verify import verify_pack
+from kbpack.verify.pipeline import verify_pack
 
 
 @pytest.fixture(scope="module")

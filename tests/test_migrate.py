@@ -19,7 +19,7 @@ from kbpack.pack import format as F
 from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
 from kbpack.pack.migrate import STEPS, plan_format_steps, staleness
 from kbpack.pack.read import PackReader
-from kbpack.pack.verify import verify_pack
+from kbpack.verify.pipeline import verify_pack
 
 GOLDEN = sorted((Path(__file__).parent.parent / "fixtures" / "golden").glob("v*.kbpack"))
 

@@ -16,7 +16,7 @@ from kbpack.errors import PackError, UsageError
 from kbpack.pack import format as F
 from kbpack.pack.manifest import encode_header, read_header, write_header
 from kbpack.pack.sign import keygen, sign_pack
-from kbpack.pack.verify import verify_pack
+from kbpack.verify.pipeline import verify_pack
 
 
 def codes(path: Path, **kw: object) -> list[str]:

@@ -16,8 +16,8 @@ import kbpack.split as split
 from kbpack.cli import cli
 from kbpack.errors import UsageError
 from kbpack.pack.read import PackReader
-from kbpack.pack.verify import verify_pack
 from kbpack.split import member_path, parse_size, split_pack
+from kbpack.verify.pipeline import verify_pack
 
 WORDS = [
     "rotate",

@@ -23,7 +23,7 @@ from kbpack.cli import cli
 from kbpack.pack import format as F
 from kbpack.pack.manifest import read_header
 from kbpack.pack.storage import data_spans
-from kbpack.pack.verify import verify_pack
+from kbpack.verify.pipeline import verify_pack
 
 
 def codes(path: Path, **kw: Any) -> set[tuple[str, str]]:
@@ -374,25 +374,22 @@ def test_every_finding_code_is_documented_and_every_documented_code_is_used() ->
     import ast
 
     from kbpack import split
-    from kbpack.pack import (
-        bm25_invariants,
-        element_digests,
+    from kbpack.pack import structure
+    from kbpack.verify import (
+        digests,
         exam_state,
         examine,
-        invariants,
-        piece_invariants,
+        file_bytes,
+        pipeline,
         sandbox,
-        structure,
-        vector_invariants,
-        verify,
-        verify_bytes,
-        verify_signature,
+        signature,
     )
+    from kbpack.verify.invariants import bm25, pieces, text, vectors
 
     emitted: set[str] = set()
     # every module that emits verify findings
-    modules = [verify, verify_bytes, verify_signature, sandbox, structure, examine, exam_state]
-    modules += [element_digests, invariants, vector_invariants, piece_invariants, bm25_invariants]
+    modules = [pipeline, file_bytes, signature, sandbox, structure, examine, exam_state]
+    modules += [digests, text, vectors, pieces, bm25]
     modules += [split]
     for module in modules:
         tree = ast.parse(Path(module.__file__ or "").read_text())
@@ -409,15 +406,15 @@ def test_every_finding_code_is_documented_and_every_documented_code_is_used() ->
                     if isinstance(k, ast.Constant) and k.value == "error":
                         assert isinstance(v, ast.Constant)
                         emitted.add(v.value)
-    emitted -= set(verify.STEPS)  # report.add(step, ...) calls
-    assert emitted == set(verify.CODES)
+    emitted -= set(pipeline.STEPS)  # report.add(step, ...) calls
+    assert emitted == set(pipeline.CODES)
 
 
 def test_sandbox_turns_crash_hang_and_memory_blowup_into_failures() -> None:
     import signal as sig
     import time
 
-    from kbpack.pack.verify import Limits, SandboxFailure, run_isolated
+    from kbpack.verify.sandbox import Limits, SandboxFailure, run_isolated
 
     def crash() -> None:
         os.kill(os.getpid(), sig.SIGSEGV)
@@ -444,9 +441,9 @@ def test_sandbox_turns_crash_hang_and_memory_blowup_into_failures() -> None:
 
 
 def test_bm25_sample_and_deep(pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kbpack.pack import verify
+    from kbpack.verify import pipeline
 
-    monkeypatch.setattr(verify, "BM25_SAMPLE", 4)
+    monkeypatch.setattr(pipeline, "BM25_SAMPLE", 4)
     n = read_header(pack).manifest.counts["chunks"]
     report = verify_pack(pack)
     assert report.intact and report.stats["bm25_retokenised"] == 4

@@ -38,7 +38,7 @@ def verify(
 
     Exit 0 when intact, 1 with findings, 2 on a usage error.
     """
-    from kbpack.pack.verify import STEPS, verify_pack
+    from kbpack.verify.pipeline import STEPS, verify_pack
 
     report = verify_pack(pack, key=key, require_signature=require_signature, quick=quick, deep=deep)
     if as_json:

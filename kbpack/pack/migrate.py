@@ -580,11 +580,11 @@ def _verify(path: Path) -> str:
     """Verify the written pack; a pack that fails is removed and the migration fails."""
     problem = ""
     try:
-        from kbpack.pack.verify import verify_pack
+        from kbpack.verify.pipeline import verify_pack
     except ImportError:  # verify not available: at least the reader's checks and the bytes
         from kbpack.pack.manifest import hash_hdf5_bytes
 
-        how = "opened and hashed (kbpack.pack.verify not available)"
+        how = "opened and hashed (kbpack.verify.pipeline not available)"
         with PackReader(path) as r:
             size, sha = hash_hdf5_bytes(path)
             if size != r.manifest.file_size or sha != r.manifest.hdf5_sha256:

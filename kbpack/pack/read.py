@@ -29,6 +29,7 @@ from kbpack.pack import format as F
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain, strings_digest
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.structure import check_structure
+from kbpack.vector_scan import StoredRows
 
 
 @contextlib.contextmanager
@@ -131,6 +132,7 @@ class PackReader:
         with hdf5_errors(self.where):
             self.h5 = h5py.File(self.path, "r", locking=False)
         self._cache: dict[str, Any] = {}
+        self._stored: dict[str, StoredRows] = {}
         if check_structure_:
             with hdf5_errors(self.where):
                 findings = check_structure(
@@ -147,6 +149,10 @@ class PackReader:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        stored = getattr(self, "_stored", {})
+        for rows in stored.values():
+            rows.close()
+        stored.clear()
         with contextlib.suppress(Exception):
             self.h5.close()
 
@@ -349,6 +355,15 @@ class PackReader:
             self._cache[key] = out
         arr: np.ndarray = self._cache[key]
         return arr
+
+    def stored_rows(self, path: str) -> StoredRows:
+        """``/vectors/data`` or ``/pieces/data`` as stored (float16), for the dense scan: rows
+        are scanned where they lie, never converted as a whole (``kbpack/vector_scan.py``)."""
+        if path not in self._stored:
+            checked = self.dataset(path)
+            with hdf5_errors(self.where, path):
+                self._stored[path] = StoredRows(checked, self.h5[path], str(self.path))
+        return self._stored[path]
 
     @property
     def has_pieces(self) -> bool:

@@ -310,7 +310,7 @@ def check_query(query: str, k: int, mode: str) -> None:
 
 def quick_verify(path: Path) -> dict[str, Any]:
     """Verify's first three steps (bytes, signature, structure); a pack that fails is refused."""
-    from kbpack.pack.verify import verify_pack
+    from kbpack.verify.pipeline import verify_pack
 
     report = verify_pack(path, quick=True)
     if not report.intact:

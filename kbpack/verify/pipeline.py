@@ -20,10 +20,10 @@ and norms. Re-tokenising chunk text for the BM25 check costs ~0.2 s per MB of te
 default a random sample of ``BM25_SAMPLE`` chunks is re-tokenised (all of them in smaller
 packs); ``deep=True`` re-tokenises every chunk. Cheaper BM25 checks cover every chunk always.
 
-This module runs the steps in order; each lives in its own module: ``verify_bytes`` (1),
-``verify_signature`` (2), ``examine`` (3-5 in the child: ``structure``, ``element_digests``,
-``invariants``, ``vector_invariants``, ``bm25_invariants``), ``sandbox`` (the child) and
-``verify_report`` (the report).
+This module runs the steps in order; each lives in its own module of ``kbpack.verify``:
+``file_bytes`` (1), ``signature`` (2), ``examine`` (3-5 in the child: ``kbpack.pack.structure``,
+``digests``, ``invariants.text``, ``invariants.vectors``, ``invariants.pieces``,
+``invariants.bm25``), ``sandbox`` (the child) and ``report`` (the report).
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from kbpack.errors import UsageError
-from kbpack.pack.element_digests import NORM_TOLERANCE
-from kbpack.pack.examine import examine, manifest_dict, merge, preload_hdf5
 from kbpack.pack.manifest import refuse_non_regular
-from kbpack.pack.sandbox import Isolated, Limits, SandboxFailure, run_isolated
 from kbpack.pack.structure import Finding
-from kbpack.pack.verify_bytes import check_bytes, read_user_block
-from kbpack.pack.verify_report import STEPS, VerifyReport
-from kbpack.pack.verify_signature import classify_foreign_manifest, verify_signature
+from kbpack.verify.digests import NORM_TOLERANCE
+from kbpack.verify.examine import examine, manifest_dict, merge, preload_hdf5
+from kbpack.verify.file_bytes import check_bytes, read_user_block
+from kbpack.verify.report import STEPS, VerifyReport
+from kbpack.verify.sandbox import Isolated, Limits, SandboxFailure, run_isolated
+from kbpack.verify.signature import classify_foreign_manifest, verify_signature
 
 BM25_SAMPLE = 1000  # chunks re-tokenised by default
 

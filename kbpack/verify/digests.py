@@ -13,7 +13,7 @@ import numpy as np
 from kbpack.errors import describe
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, plain
-from kbpack.pack.exam_state import MAX_ROWS_SHOWN, ExamState
+from kbpack.verify.exam_state import MAX_ROWS_SHOWN, ExamState
 
 NORM_TOLERANCE = 1e-2  # float16 storage keeps unit norms within ~1e-3
 READ_BLOCK_BYTES = 16 * 2**20

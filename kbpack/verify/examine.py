@@ -13,14 +13,14 @@ from typing import Any
 
 from kbpack.errors import describe
 from kbpack.pack import format as F
-from kbpack.pack.bm25_invariants import Bm25Invariants
-from kbpack.pack.element_digests import ElementDigests
-from kbpack.pack.invariants import Invariants
 from kbpack.pack.manifest import Header
-from kbpack.pack.piece_invariants import PieceInvariants
 from kbpack.pack.structure import Finding, check_structure
-from kbpack.pack.vector_invariants import VectorInvariants
-from kbpack.pack.verify_report import VerifyReport
+from kbpack.verify.digests import ElementDigests
+from kbpack.verify.invariants.bm25 import Bm25Invariants
+from kbpack.verify.invariants.pieces import PieceInvariants
+from kbpack.verify.invariants.text import Invariants
+from kbpack.verify.invariants.vectors import VectorInvariants
+from kbpack.verify.report import VerifyReport
 
 # Structure findings after which an element must not be read: reading it could follow a link
 # out of the file, read external storage, run an unknown filter or allocate without bound.

@@ -8,7 +8,7 @@ from typing import Any
 
 from kbpack.pack.manifest import Header
 from kbpack.pack.structure import Finding
-from kbpack.pack.verify_report import HEADER, VerifyReport
+from kbpack.verify.report import HEADER, VerifyReport
 
 
 def verify_signature(

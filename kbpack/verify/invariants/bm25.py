@@ -16,7 +16,7 @@ import numpy as np
 
 from kbpack.lexical import ANALYZERS
 from kbpack.pack import format as F
-from kbpack.pack.exam_state import MAX_ROWS_SHOWN, ExamState
+from kbpack.verify.exam_state import MAX_ROWS_SHOWN, ExamState
 
 
 class Bm25Invariants(ExamState):

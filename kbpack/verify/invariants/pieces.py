@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from kbpack.pack import format as F
-from kbpack.pack.element_digests import NORM_TOLERANCE
-from kbpack.pack.exam_state import ExamState
-from kbpack.pack.verify_report import HEADER
+from kbpack.verify.digests import NORM_TOLERANCE
+from kbpack.verify.exam_state import ExamState
+from kbpack.verify.report import HEADER
 
 
 class PieceInvariants(ExamState):

@@ -12,8 +12,8 @@ from collections import Counter
 import numpy as np
 
 from kbpack.pack import format as F
-from kbpack.pack.exam_state import ExamState
-from kbpack.pack.verify_report import HEADER
+from kbpack.verify.exam_state import ExamState
+from kbpack.verify.report import HEADER
 
 
 class Invariants(ExamState):

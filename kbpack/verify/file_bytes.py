@@ -10,7 +10,7 @@ from kbpack.errors import NewerFormatError, PackError, UsageError
 from kbpack.pack import format as F
 from kbpack.pack.manifest import Header, count_key_problems, hash_hdf5_bytes, parse_header
 from kbpack.pack.structure import Finding
-from kbpack.pack.verify_report import HEADER, VerifyReport
+from kbpack.verify.report import HEADER, VerifyReport
 
 
 def read_user_block(path: Path, report: VerifyReport) -> tuple[Header | None, int]:

@@ -4,8 +4,8 @@ vector per chunk, finite unit vectors (measured during the digest pass over the 
 from __future__ import annotations
 
 from kbpack.pack import format as F
-from kbpack.pack.element_digests import NORM_TOLERANCE
-from kbpack.pack.exam_state import ExamState
+from kbpack.verify.digests import NORM_TOLERANCE
+from kbpack.verify.exam_state import ExamState
 
 
 class VectorInvariants(ExamState):

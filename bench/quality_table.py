@@ -1,0 +1,314 @@
+"""README "Quality": the development-set table, generated, and the paired tests behind each rule.
+
+    python bench/quality_table.py PACK [--stem-pack PACK2] [--markdown]
+
+PACK: a pack of fixtures/eval/corpus built with the default model (pieces on, the default).
+PACK2 (optional): the same pack with ``--analyzer snowball-english``, e.g. made from PACK with
+``kbpack update PACK fixtures/eval/corpus -o PACK2 --analyzer snowball-english`` (no
+re-embedding), for the stemming rows.
+
+For every question the scores are computed once: the dense score with pieces and the chunk's
+own cosine (the pack's ``Searcher._dense_pair``: a pack with pieces gives both), and BM25 of
+every chunk. Each rule then ranks the same scores, so rules differ only in how they combine
+them:
+
+* ``bm25``, ``dense`` (with / without pieces);
+* ``hybrid``: kbpack's rule (``kbpack.fusion.convex``: 0.8 * minmax(cos) + 0.2 * bm25/max over
+  dense top 100 union BM25 top 100), with and without pieces;
+* ``hybrid, old rule``: weighted RRF (k = 60) with BM25 at full weight when the query holds a
+  code-like word, else its top 3 at 0.25 (kbpack before issue 13);
+* the lexical-weight candidates of issue 13 item 1 (``--idf``), the weight growing with how
+  rare the query's terms are in the pack (see ``idf_weight_rules``).
+
+Prints recall@1/8 with 95% Wilson intervals and MRR per phrasing ("doc": the document's words;
+"ticket": a user's), exact sign tests on discordant pairs, and refusal at the pack's default
+threshold (hybrid, k = 5, the shipped ``search``): out-of-domain refused, answerable refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import kbpack
+from kbpack.evaluate import (
+    Question,
+    load_queries,
+    load_questions,
+    mrr,
+    normalize,
+    paired,
+    recall_at,
+    wilson,
+)
+from kbpack.fusion import DENSE_WEIGHT, convex
+from kbpack.lexical import top_k
+from kbpack.search import CANDIDATES, code_like_terms, content_terms, idf, rrf
+
+ROOT = Path(__file__).resolve().parent.parent
+PHRASINGS = ("doc", "ticket")
+KS = (1, 8)
+# The rule kbpack used before the convex fusion: BM25 at full weight when the query holds a
+# code-like term, else only its top 3 at weight 0.25 (RRF k = 60).
+OLD_WEIGHT_PLAIN = 0.25
+OLD_DEPTH_PLAIN = 3
+
+
+@dataclass
+class Scores:
+    """One question's scores over every chunk of the pack."""
+
+    question: Question
+    gold: set[int]
+    with_pieces: np.ndarray  # dense score: (cos + 0.5 * best piece cos) / 1.5
+    cos: np.ndarray  # the chunk's own cosine
+    bm25: np.ndarray  # BM25 of every chunk (0: no shared term), plain analyzer
+    bm25_stem: np.ndarray | None  # the same under snowball-english, when a stem pack is given
+    rarity: dict[str, float]  # query rarity measures (see idf_weight_rules)
+
+
+def dense_top(sims: np.ndarray) -> np.ndarray:
+    n = min(CANDIDATES, sims.size)
+    top = np.argpartition(-sims, n - 1)[:n] if n < sims.size else np.arange(sims.size)
+    return top[np.lexsort((top, -sims[top]))]
+
+
+def bm25_top(scores: np.ndarray) -> np.ndarray:
+    ids = np.flatnonzero(scores > 0)
+    return top_k(ids, scores[ids], CANDIDATES)[0]
+
+
+def convex_rank(sims: np.ndarray, bm25: np.ndarray, dense_weight: float) -> list[int]:
+    cands = np.union1d(dense_top(sims), bm25_top(bm25))
+    ids, _ = convex(cands, sims[cands], bm25[cands], dense_weight)
+    return ids.tolist()
+
+
+def old_rank(sims: np.ndarray, bm25: np.ndarray, query: str) -> list[int]:
+    de, bm = dense_top(sims).tolist(), bm25_top(bm25).tolist()
+    if code_like_terms(query):
+        return [c for c, _ in rrf([de, bm], [1.0, 1.0])]
+    return [c for c, _ in rrf([de, bm[:OLD_DEPTH_PLAIN]], [1.0, OLD_WEIGHT_PLAIN])]
+
+
+def rank_of(order: Sequence[int], gold: set[int]) -> int | None:
+    for i, c in enumerate(order[:CANDIDATES], 1):
+        if int(c) in gold:
+            return i
+    return None
+
+
+def rarity(searcher: object, query: str, n: int, k1: float) -> dict[str, float]:
+    """How rare the query's content words are in the pack, each on [0, 1]:
+
+    * ``mean``/``max``: the mean / largest IDF of the query's content words that the pack holds,
+      divided by the IDF of a term held by one chunk (the largest a held term can have);
+    * ``reach``: the best chunk's BM25 over the score the query could reach at most (every
+      content word the pack holds, at BM25's saturation (k1 + 1) * idf): 1 when one chunk
+      holds all the query's terms many times, small when the best match holds only common ones.
+    """
+    top_idf = idf(1, n)
+    held = [idf(df, n) for t in content_terms(query) if (df := searcher.doc_freq(t)) > 0]  # type: ignore[attr-defined]
+    if not held:
+        return {"mean": 0.0, "max": 0.0, "reach_max": 0.0}
+    return {
+        "mean": float(np.mean(held)) / top_idf,
+        "max": max(held) / top_idf,
+        "reach_max": sum(held) * (k1 + 1),
+    }
+
+
+def collect(pack_path: Path, stem_pack: Path | None, questions: list[Question]) -> list[Scores]:
+    rows: list[Scores] = []
+    stems: list[np.ndarray] | None = None
+    if stem_pack is not None:
+        stems = []
+        with kbpack.open(stem_pack) as sp:
+            s2 = sp.searcher
+            for q in questions:
+                ids, sc = s2._bm25_all(q.query, None)
+                full = np.zeros(s2.n_chunks(), np.float64)
+                full[ids] = sc
+                stems.append(full)
+    with kbpack.open(pack_path) as pack:
+        s = pack.searcher
+        assert s.embedder is not None, "the pack's model is needed"
+        assert pack.reader.has_pieces, "a pack with pieces is needed (the default build)"
+        contents = [normalize(c) for _, c in pack.iter_chunk_contents()]
+        n = len(contents)
+        k1, _ = pack.reader.bm25_params
+        for i, q in enumerate(questions):
+            score, cos = s._dense_pair(q.query)
+            ids, sc = s._bm25_all(q.query, None)
+            full = np.zeros(n, np.float64)
+            full[ids] = sc
+            want = normalize(q.needle)
+            rows.append(
+                Scores(
+                    q,
+                    {c for c, text in enumerate(contents) if want in text},
+                    np.asarray(score, np.float64),
+                    np.asarray(cos, np.float64),
+                    full,
+                    None if stems is None else stems[i],
+                    rarity(s, q.query, n, k1),
+                )
+            )
+    return rows
+
+
+Rule = Callable[[Scores], list[int]]
+
+
+def idf_weight_rules() -> dict[str, Rule]:
+    """Issue 13 item 1: lexical evidence should weigh more when the query's terms are rare.
+
+    Each candidate sets the lexical weight from one rarity measure x in [0, 1] as
+    ``w = 2 * 0.2 * x``: the fixed weight 0.2 where x = 1/2, none for a query of common words,
+    twice as much for one whose terms only one chunk holds. No constant is fitted.
+    """
+
+    def weighted(measure: str) -> Rule:
+        def rule(r: Scores) -> list[int]:
+            x = r.rarity[measure]
+            if measure == "reach":
+                top = float(r.bm25.max())
+                x = min(1.0, top / r.rarity["reach_max"]) if r.rarity["reach_max"] > 0 else 0.0
+            return convex_rank(r.with_pieces, r.bm25, 1.0 - 2 * (1 - DENSE_WEIGHT) * x)
+
+        return rule
+
+    return {
+        "hybrid, lexical weight 0.4 * mean nIDF": weighted("mean"),
+        "hybrid, lexical weight 0.4 * max nIDF": weighted("max"),
+        "hybrid, lexical weight 0.4 * bm25 top / reachable": weighted("reach"),
+    }
+
+
+def rules(with_stem: bool) -> dict[str, Rule]:
+    out: dict[str, Rule] = {
+        "bm25": lambda r: bm25_top(r.bm25).tolist(),
+        "dense, pieces": lambda r: dense_top(r.with_pieces).tolist(),
+        "dense, no pieces": lambda r: dense_top(r.cos).tolist(),
+        "hybrid (kbpack), pieces": lambda r: convex_rank(r.with_pieces, r.bm25, DENSE_WEIGHT),
+        "hybrid (kbpack), no pieces": lambda r: convex_rank(r.cos, r.bm25, DENSE_WEIGHT),
+        "hybrid, old rule, pieces": lambda r: old_rank(r.with_pieces, r.bm25, r.question.query),
+        "hybrid, old rule, no pieces": lambda r: old_rank(r.cos, r.bm25, r.question.query),
+    }
+    if with_stem:
+        out["bm25, snowball-english"] = lambda r: bm25_top(r.bm25_stem).tolist()  # type: ignore[arg-type]
+        out["hybrid (kbpack), pieces, snowball-english"] = lambda r: convex_rank(
+            r.with_pieces,
+            r.bm25_stem,  # type: ignore[arg-type]
+            DENSE_WEIGHT,
+        )
+    return out
+
+
+def fmt_p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.01 else f"{p:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pack", type=Path)
+    ap.add_argument("--stem-pack", type=Path, default=None)
+    ap.add_argument("--idf", action="store_true", help="also the IDF-dependent lexical weights")
+    ap.add_argument("--no-refusal", action="store_true", help="skip the refusal count")
+    args = ap.parse_args()
+
+    questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
+    oods = load_queries(ROOT / "fixtures/eval/ood.jsonl")
+    rows = collect(args.pack, args.stem_pack, questions)
+    table = rules(args.stem_pack is not None)
+    if args.idf:
+        table |= idf_weight_rules()
+    ranks = {
+        name: {
+            p: [rank_of(rule(r), r.gold) for r in rows if r.question.phrasing == p]
+            for p in PHRASINGS
+        }
+        for name, rule in table.items()
+    }
+    n_needles = len({r.question.needle for r in rows})
+    print(
+        f"{args.pack.name}: {len(rows)} questions ({n_needles} needles x doc/ticket), "
+        f"{rows[0].cos.size} chunks; R@k with 95% Wilson intervals, MRR\n"
+    )
+    print("| mode | phrasing | R@1 | R@8 | R@20 | MRR |")
+    print("|---|---|---|---|---|---|")
+    for name in table:
+        for p in PHRASINGS:
+            r = ranks[name][p]
+            print(
+                f"| {name} | {p} | {recall_at(r, 1)} | {recall_at(r, 8)} | "
+                f"{recall_at(r, 20).value:.2f} | {mrr(r).value:.2f} |"
+            )
+
+    def compare(a: str, b: str) -> None:
+        cells = []
+        for p in PHRASINGS:
+            tests = paired(ranks[a][p], ranks[b][p], (1, 8, 20))
+            dm = mrr(ranks[a][p]).value - mrr(ranks[b][p]).value
+            cells.append(
+                f"{p}: "
+                + ", ".join(f"@{t.k} +{t.wins}/-{t.losses} p={fmt_p(t.p_value)}" for t in tests)
+                + f", MRR {dm:+.3f}"
+            )
+        print(f"* {a} vs {b}: " + "; ".join(cells))
+
+    print("\nPaired (exact sign test on discordant pairs; +wins/-losses of the first):")
+    base = "hybrid (kbpack), pieces"
+    compare(base, "dense, pieces")
+    compare(base, "bm25")
+    compare(base, "hybrid, old rule, pieces")
+    compare("hybrid (kbpack), no pieces", "hybrid, old rule, no pieces")
+    compare(base, "hybrid (kbpack), no pieces")
+    compare("dense, pieces", "dense, no pieces")
+    if args.stem_pack is not None:
+        compare("bm25, snowball-english", "bm25")
+        compare("hybrid (kbpack), pieces, snowball-english", base)
+    if args.idf:
+        for name in idf_weight_rules():
+            compare(name, base)
+
+    if not args.no_refusal:
+        refusal(args.pack, questions, [o.query for o in oods])
+
+
+def refusal(pack_path: Path, questions: list[Question], oods: list[str]) -> None:
+    """The shipped gate: ``search(k=5)`` in hybrid mode at the pack's default threshold."""
+    with kbpack.open(pack_path) as pack:
+        s = pack.searcher
+        t = s.default_threshold()
+        answered = [q.query for q in oods if s.search(q, k=5).answered]
+        refused = sum(not s.search(q.query, k=5).answered for q in questions)
+    italian = [q for q in oods if _italian(q)]
+    it_answered = [q for q in answered if q in italian]
+    lo, hi = wilson(len(oods) - len(answered), len(oods))
+    flo, fhi = wilson(refused, len(questions))
+    print(
+        f"\nRefusal at the default threshold {t:.3f} (hybrid, k = 5): out-of-domain refused "
+        f"{len(oods) - len(answered)}/{len(oods)} ({(len(oods) - len(answered)) / len(oods):.0%} "
+        f"[{lo:.2f}, {hi:.2f}]); answerable falsely refused {refused}/{len(questions)} "
+        f"({refused / len(questions):.1%} [{flo:.3f}, {fhi:.3f}]); Italian out-of-domain "
+        f"answered {len(it_answered)}/{len(italian)}"
+    )
+    for q in answered:
+        print(f"  answered: {q}")
+
+
+_ITALIAN = {"come", "qual", "chi", "quanto", "si", "della", "del", "il", "la", "una", "un", "è"}
+
+
+def _italian(query: str) -> bool:
+    words = {w.strip("?'").lower() for w in query.replace("'", " ").split()}
+    return len(words & _ITALIAN) >= 2
+
+
+if __name__ == "__main__":
+    main()

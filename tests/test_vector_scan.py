@@ -1,0 +1,176 @@
+"""The dense scan over stored float16 rows (kbpack/vector_scan.py) against the exact reference:
+every stored vector converted to float32 and multiplied by the float32 query in numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from scale_corpus import PART_A, build_pack, write_folder
+
+import kbpack
+from kbpack.dense import PieceIndex, checked_scores, chunk_scores
+from kbpack.pack import format as F
+from kbpack.pack.read import DamagedDataError, PackReader
+from kbpack.pack.storage import create_dataset
+from kbpack.vector_scan import StoredRows, scan_matrix, simsimd_module
+
+DIMS = 384
+N_CHUNKS = 3000  # 9 HDF5 chunks of 341 rows: several blocks and a short last one
+TOP = 100  # the search's candidate depth
+
+
+def unit(rng: np.random.Generator, n: int, dims: int = DIMS) -> np.ndarray:
+    v = rng.standard_normal((n, dims)).astype(np.float32)
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float16)
+
+
+def reference(vectors16: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return vectors16.astype(np.float32) @ q
+
+
+def top(scores: np.ndarray, k: int = TOP) -> list[int]:
+    return np.lexsort((np.arange(scores.size), -scores))[:k].tolist()
+
+
+Stored = tuple[Path, np.ndarray, np.ndarray, np.ndarray]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Stored:
+    """An HDF5 file holding chunk and piece vectors with a pack's storage (chunked, Fletcher-32),
+    the same vectors in memory, and each piece's chunk row (0, 2, 3, ... pieces per chunk,
+    ordered by chunk as spec §3.9 says)."""
+    rng = np.random.default_rng(3)
+    chunks = unit(rng, N_CHUNKS)
+    owner = np.repeat(np.arange(N_CHUNKS), rng.choice([0, 2, 3, 4, 6], size=N_CHUNKS))
+    pieces = unit(rng, owner.size)
+    path = tmp_path_factory.mktemp("scan") / "vectors.h5"
+    with h5py.File(path, "w", userblock_size=65536) as h:  # packs have a user block too
+        create_dataset(h, F.VEC_DATA, data=chunks)
+        create_dataset(h, F.PIECE_DATA, data=pieces)
+    return path, chunks, pieces, owner
+
+
+def open_rows(path: Path, element: str) -> tuple[h5py.File, StoredRows]:
+    h = h5py.File(path, "r")
+    return h, StoredRows(h[element], h[element], str(path))
+
+
+def queries(n: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((n, DIMS)).astype(np.float32)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("use_simsimd", [True, False])
+def test_mapped_scan_equals_the_float32_reference(stored: Stored, use_simsimd: bool) -> None:
+    path, chunks, _, _ = stored
+    if use_simsimd and simsimd_module() is None:
+        pytest.skip("simsimd is not installed here")
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        assert rows.mapped  # the fast path is the one under test
+        for q in queries():
+            got = rows.scan(q, use_simsimd=use_simsimd)
+            want = reference(chunks, q)
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, want, atol=1e-6)
+            assert top(got) == top(want)
+    finally:
+        rows.close()
+        h.close()
+
+
+def test_hdf5_block_scan_equals_the_mapped_scan(tmp_path: Path, stored: Stored) -> None:
+    """A dataset whose stored bytes are not its values (deflate) is read through HDF5."""
+    _, chunks, _, _ = stored
+    path = tmp_path / "deflated.h5"
+    with h5py.File(path, "w") as h:
+        h.create_dataset(F.VEC_DATA, data=chunks, chunks=(341, DIMS), compression="gzip")
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        assert not rows.mapped
+        for q in queries(2):
+            np.testing.assert_allclose(rows.scan(q), reference(chunks, q), atol=1e-6)
+    finally:
+        h.close()
+
+
+def test_float16_matrix_in_memory_scans_like_the_reference(stored: Stored) -> None:
+    _, chunks, _, _ = stored
+    q = queries(1)[0]
+    for use_simsimd in (True, False):
+        np.testing.assert_allclose(
+            scan_matrix(chunks, q, use_simsimd=use_simsimd), reference(chunks, q), atol=1e-6
+        )
+
+
+def test_piece_scores_equal_the_float32_reference(stored: Stored) -> None:
+    """The blended chunk score over stored rows equals the one over float32 matrices, and the
+    checked re-score of any chunk equals both."""
+    path, chunks, pieces, owner = stored
+    hc, crow = open_rows(path, F.VEC_DATA)
+    hp, prow = open_rows(path, F.PIECE_DATA)
+    try:
+        stored_index = PieceIndex.from_columns(prow, owner)
+        memory_index = PieceIndex.from_columns(pieces.astype(np.float32), owner)
+        for q in queries(3):
+            score, cos = chunk_scores(crow, q, stored_index)
+            want_score, want_cos = chunk_scores(chunks.astype(np.float32), q, memory_index)
+            np.testing.assert_allclose(score, want_score, atol=1e-6)
+            np.testing.assert_allclose(cos, want_cos, atol=1e-6)
+            assert top(score) == top(want_score)
+            ids = np.array(top(score, 20))
+            again, again_cos = checked_scores(crow, q, stored_index, ids)
+            np.testing.assert_allclose(again, score[ids], atol=1e-6)
+            np.testing.assert_allclose(again_cos, cos[ids], atol=1e-6)
+    finally:
+        hc.close()
+        hp.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_pack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(pack, model): a small pack built by the tiny test model."""
+    from tiny_gguf import build_tiny_gguf
+
+    root = tmp_path_factory.mktemp("dense")
+    model = build_tiny_gguf(root / "wide.gguf", name="wide", window=256)
+    pack = build_pack(write_folder(root / "a", PART_A), root / "a.kbpack", model)
+    return pack, model
+
+
+def test_a_pack_is_scanned_in_place(tiny_pack: tuple[Path, Path]) -> None:
+    with PackReader(tiny_pack[0]) as r:
+        rows = r.stored_rows(F.VEC_DATA)
+        assert rows.mapped
+        vectors = r.vectors()
+        q = vectors[0]
+        np.testing.assert_allclose(rows.scan(q), vectors @ q, atol=1e-6)
+
+
+def test_a_damaged_vector_of_a_result_is_refused(
+    tiny_pack: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The scan reads mapped bytes without the checksum; the results' re-read catches it."""
+    pack, model = tiny_pack
+    query = "log handler rotation"
+    with kbpack.open(pack, model=model) as p:
+        response = p.search(query, k=3, mode="dense", refuse=False)
+        assert response.mode == "dense"
+        first = response.results[0]
+    damaged = tmp_path / "damaged.kbpack"
+    damaged.write_bytes(pack.read_bytes())
+    with h5py.File(damaged, "r") as h:
+        ds = h[F.VEC_DATA]
+        rows_per = ds.chunks[0]
+        info = ds.id.get_chunk_info_by_coord((first.chunk // rows_per * rows_per, 0))
+        at = info.byte_offset + (first.chunk % rows_per) * ds.shape[1] * 2 + 1
+    data = bytearray(damaged.read_bytes())
+    data[at] ^= 0x01  # the high byte of the first component: its top mantissa bit
+    damaged.write_bytes(bytes(data))
+    with kbpack.open(damaged, model=model) as p, pytest.raises(DamagedDataError, match=F.VEC_DATA):
+        p.search(query, k=3, mode="dense", refuse=False)
