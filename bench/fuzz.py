@@ -1,0 +1,106 @@
+"""Long fuzz runs of the pack reader + verify, and of the extractors (kbpack/fuzz/).
+
+Pack reader: mutants of small packs built here with a tiny random-weight model (dense with
+sentence pieces, the model embedded, BM25 only) and of the golden pack, each run through
+inspect, export (chunks, sections, documents), query (bm25, and hybrid with the pack's model)
+and verify, in a worker process watched with a timeout. Prints executions, commands run,
+crashes, hangs, internal errors, errors of more than one line, silent wrong reads and damage
+that a command noticed but verify passed; each finding with the seed and index that replay it.
+
+    nice -n 10 python bench/fuzz.py --target packs --executions 2000 --seed 1
+    python bench/fuzz.py --target packs --minutes 30 --json      # as many as fit
+    python bench/fuzz.py --replay 1:22                           # one execution again
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tiny_gguf: the tiny model the tests build
+
+from kbpack.fuzz.pack_target import PackCommands  # noqa: E402
+from kbpack.fuzz.runner import FuzzResult, PackFuzzer  # noqa: E402
+from kbpack.fuzz.seeds import build_seed_packs  # noqa: E402
+
+GOLDEN = ROOT / "fixtures" / "golden" / "v2.kbpack"
+GOLDEN_QUERY = "pypdf merge pages"
+
+
+def pack_seeds(work: Path) -> list[tuple[Path, PackCommands]]:
+    from tiny_gguf import build_tiny_gguf
+
+    model = build_tiny_gguf(work / "tiny.gguf", name="tiny-a")
+    return [*build_seed_packs(work, model), (GOLDEN, PackCommands(GOLDEN_QUERY))]
+
+
+def show(result: FuzzResult, load: str) -> None:
+    c = result.counts()
+    print(
+        f"{result.target}: {result.executions} executions ({result.commands} commands) in "
+        f"{result.seconds:.0f} s, {load}"
+    )
+    print("  " + "  ".join(f"{k} {v}" for k, v in c.items()))
+    print("  exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(result.outcomes.items())))
+    for f in result.findings[:20]:
+        print("  " + f.line())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", choices=["packs"], default="packs")
+    ap.add_argument("--executions", type=int, default=1000)
+    ap.add_argument("--minutes", type=float, default=None, help="stop after this long")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start", type=int, default=0, help="first execution index (run in pieces)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per command = a hang")
+    ap.add_argument("--keep", type=Path, default=None, help="copy each finding's input here")
+    ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="kbpack-fuzz-seeds-") as tmp:
+        seeds = pack_seeds(Path(tmp))
+        with PackFuzzer(seeds, timeout_s=args.timeout, keep_dir=args.keep) as fuzzer:
+            if args.replay:
+                seed, index = (int(x) for x in args.replay.split(":"))
+                mutant, found, runs = fuzzer.one(seed, index)
+                print(mutant.describe())
+                for r in runs:
+                    print(f"  {r.name}: exit {r.exit_code}  {r.stderr.strip()[:200]}")
+                for f in found:
+                    print("  " + f.line())
+                return
+            t0 = time.monotonic()
+
+            def progress(r: FuzzResult) -> None:
+                if not args.json and sys.stderr.isatty():
+                    print(f"\r{r.executions} executions, {r.counts()}", end="", file=sys.stderr)
+
+            result = fuzzer.run(
+                args.executions,
+                args.seed,
+                start=args.start,
+                progress=progress,
+                deadline_s=args.minutes * 60 if args.minutes else None,
+            )
+            if sys.stderr.isatty() and not args.json:
+                print(file=sys.stderr)
+    out: dict[str, Any] = result.as_json()
+    out.update(seed=args.seed, start=args.start, load=load, wall_s=round(time.monotonic() - t0))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        show(result, load)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""What users run on a pack, run in-process the way the ``kbpack`` command runs it.
+
+Each command goes through ``kbpack.cli.main`` (the real entry point, with its error handling
+and exit codes), its stdout and stderr captured. A ``CommandRun`` is judged by ``judge``:
+an exit code other than the documented ones, an "internal error" line or an exception that
+escaped ``main`` is an internal error; an error of more than one line breaks the one-line rule;
+a command that succeeded on a pack whose manifest still describes the seed must print exactly
+what it prints for the seed (anything else is a silent wrong read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbpack.errors import Exit
+
+DOCUMENTED_EXITS = {int(e) for e in Exit} - {int(Exit.INTERRUPTED)}
+# Commands whose stdout is the pack's data: compared with the seed's when the mutant still
+# claims the seed's content. inspect and verify describe the file (sizes, findings), not data.
+DATA_COMMANDS = ("export-chunks", "export-sections", "export-documents", "query-bm25", "query")
+
+
+@dataclass(frozen=True)
+class PackCommands:
+    """The command lines to run on a pack (``{pack}`` is replaced by its path)."""
+
+    query: str  # words found in the seed, so that search reaches postings and vectors
+    model: Path | None = None  # the GGUF the pack was built with, for dense search
+
+    def argv(self, pack: Path) -> list[tuple[str, list[str]]]:
+        p = str(pack)
+        dense = ["--model", str(self.model)] if self.model else []
+        return [
+            ("inspect", ["inspect", p, "--json"]),
+            ("export-chunks", ["export", p, "--what", "chunks"]),
+            ("export-sections", ["export", p, "--what", "sections"]),
+            ("export-documents", ["export", p, "--what", "documents"]),
+            ("query-bm25", ["query", p, "--mode", "bm25", "--json", "-k", "3", "--", self.query]),
+            (
+                "query",
+                ["query", p, "--json", "-k", "3", "--threads", "1", *dense, "--", self.query],
+            ),
+            ("verify", ["verify", p, "--json"]),
+        ]
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    name: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    escaped: str = ""  # an exception that got out of kbpack.cli.main, with its last frame
+
+
+def run_command(name: str, argv: list[str]) -> CommandRun:
+    """``kbpack ARGV`` in this process, as the console script runs it."""
+    from kbpack.cli import main
+
+    out, err = io.BytesIO(), io.BytesIO()
+    out_text = io.TextIOWrapper(out, encoding="utf-8", errors="backslashreplace")
+    err_text = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace")
+    code, escaped = 0, ""
+    with contextlib.redirect_stdout(out_text), contextlib.redirect_stderr(err_text):
+        try:
+            main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException as e:  # the very thing a fuzzer looks for
+            tb = traceback.extract_tb(e.__traceback__)
+            last = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+            escaped = f"{type(e).__name__}: {str(e)[:200]}{last}"
+            code = -1
+        out_text.flush()
+        err_text.flush()
+    sys.stdout.flush()
+    return CommandRun(
+        name,
+        code,
+        out.getvalue().decode("utf-8", "replace"),
+        err.getvalue().decode("utf-8", "replace"),
+        escaped,
+    )
+
+
+def run_all(commands: PackCommands, pack: Path, report: Callable[[str], None]) -> list[CommandRun]:
+    """Every command on ``pack``; ``report(name)`` is called before each (so that a parent
+    watching this process knows which command crashed or hung)."""
+    runs = []
+    for name, argv in commands.argv(pack):
+        report(name)
+        runs.append(run_command(name, argv))
+    return runs
+
+
+def judge(
+    run: CommandRun, seed_run: CommandRun | None, claims_seed: bool
+) -> tuple[str, str] | None:
+    """(kind, detail) of what is wrong with one command's run, or None."""
+    err_lines = [line for line in run.stderr.splitlines() if line.strip()]
+    first = err_lines[0][:240] if err_lines else ""
+    if run.escaped:
+        return "internal-error", run.escaped
+    if "internal error" in run.stderr or "Traceback (most recent call last)" in run.stderr:
+        internal = next((x for x in err_lines if "internal error" in x or "Error" in x), first)
+        return "internal-error", internal[:240]
+    if run.exit_code not in DOCUMENTED_EXITS:
+        return "internal-error", f"exit {run.exit_code}: {first}"
+    errors = [x for x in err_lines if x.startswith("kbpack: error:")]
+    if len(errors) > 1 or (errors and any("\n" in e for e in errors)):
+        return "not-one-line", " | ".join(errors)[:240]
+    if (
+        claims_seed
+        and seed_run is not None
+        and run.name in DATA_COMMANDS
+        and run.exit_code == seed_run.exit_code == 0
+        and _data(run) != _data(seed_run)
+    ):
+        return "silent-wrong-data", _first_difference(_data(seed_run), _data(run))
+    return None
+
+
+def _data(run: CommandRun) -> str:
+    """What a command's output says about the pack's content (not about the file's path)."""
+    if run.name.startswith("query"):
+        import json
+
+        try:
+            doc = json.loads(run.stdout)
+        except ValueError:
+            return run.stdout
+        doc.pop("pack", None)
+        doc.pop("packs", None)
+        for key in ("timings", "seconds", "elapsed_ms", "timing"):
+            doc.pop(key, None)
+        return json.dumps(doc, sort_keys=True)
+    return run.stdout
+
+
+def _first_difference(want: str, got: str) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
+    if at is None:
+        at = min(len(want), len(got))
+    return f"output differs at char {at}: {want[at : at + 60]!r} -> {got[at : at + 60]!r}"
