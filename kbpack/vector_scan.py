@@ -82,7 +82,10 @@ def simsimd_kernel(q: np.ndarray) -> Kernel | None:
     parts = split_query(q)
 
     def kernel(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        simsimd.cdist(rows, parts, metric="dot", out=out)
+        # not cdist(..., out=out): simsimd 6.5 then returns None without a reference to it,
+        # and each call takes one from None's count until the interpreter aborts
+        # ("none_dealloc"); tests/test_vector_scan.py counts None's references around scans
+        out[:] = np.asarray(simsimd.cdist(rows, parts, metric="dot", out_dtype="float32"))
         return out
 
     return kernel
