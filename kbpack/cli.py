@@ -35,7 +35,9 @@ EXIT: dict[Exit, str] = {
     "command), output path refused, a filter that matches nothing, `--mode dense` without the "
     "model",
     Exit.REFUSED: "query refused: nothing passes the refusal threshold",
-    Exit.INTERRUPTED: "interrupted: Ctrl-C or SIGTERM (the output path is left as it was)",
+    Exit.INTERRUPTED: "interrupted: Ctrl-C or SIGTERM (the output path is left as it was; a "
+    "signal that lands after the new file was renamed into place says so: `interrupted after "
+    "writing PATH; the new file is complete`)",
 }
 
 # name -> (module, attribute, one-line help), in the order a user meets them (--help lists them
@@ -152,7 +154,16 @@ class Interrupted(click.ClickException):
         super().__init__("interrupted")
 
     def show(self, file: Any = None) -> None:
-        click.echo("kbpack: interrupted", err=True)
+        click.echo(interrupted_line(), err=True)
+
+
+def interrupted_line() -> str:
+    """What an interrupt did: nothing visible, or (a signal after a commit) a complete new file."""
+    done = interrupt.published_paths()
+    if not done:
+        return "kbpack: interrupted"
+    what = ", ".join(str(p) for p in done)
+    return f"kbpack: interrupted after writing {what}; the new file is complete"
 
 
 # errno -> (what happened, the fix, exit code). Path problems are usage errors (the user can fix
@@ -223,22 +234,35 @@ def cli() -> None:
 def _on_signal(signum: int, frame: Any) -> None:
     # recorded first: the KeyboardInterrupt may be swallowed (kbpack/interrupt.py says where)
     interrupt.request()
-    raise KeyboardInterrupt
+    if not interrupt.deferred():  # inside a commit's rename: raised when it is done
+        raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``kbpack`` process (``argv`` None: its own command line); tests pass ``argv``."""
     interrupt.reset()
     old = _install_signal_handlers()
     old_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_interrupts(old_hook)
     try:
-        code = _run(argv)
+        try:
+            try:
+                code = _run(argv)
+            finally:
+                # the run is over: a signal from here to the exit is recorded and reported
+                # below, never a KeyboardInterrupt traceback nor a silent death by SIGTERM
+                interrupt.hold()
+        except KeyboardInterrupt:  # a signal between the run's end and hold()
+            interrupt.request()
+            code = Exit.OK  # reported just below
         if interrupt.requested() and code != Exit.INTERRUPTED:
-            click.echo("kbpack: interrupted", err=True)
+            click.echo(interrupted_line(), err=True)
             code = Exit.INTERRUPTED
     finally:
-        _restore_signal_handlers(old)  # main() is also called in-process by tests
         sys.unraisablehook = old_hook
+        if argv is not None:  # main() called in-process (tests): give the caller its handlers
+            _restore_signal_handlers(old)
+            interrupt.reset()
     sys.exit(int(code))
 
 
@@ -272,7 +296,7 @@ def _run(argv: list[str] | None) -> int:
         rv = cli.main(args=argv, prog_name="kbpack", standalone_mode=False)
         return rv if isinstance(rv, int) else Exit.OK
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("kbpack: interrupted", err=True)
+        click.echo(interrupted_line(), err=True)
         return Exit.INTERRUPTED
     except click.exceptions.Exit as e:
         return e.exit_code

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.bm25_top import TermList
+from kbpack.copies import NEAR_THRESHOLD, Fingerprint, WordHashes, fingerprint, similarity
 from kbpack.errors import UsageError
-from kbpack.lexical import accumulate, length_norms, query_terms, term_scores
+from kbpack.lexical import length_norms, query_terms, term_scores
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.search import Result, Searcher, SearchResponse
@@ -68,6 +70,7 @@ class SetSearcher(Searcher):
         self._in_memory = False  # postings read whole (from the second query on)
         self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._cached = 0  # postings held in _parts
+        self._word_hashes = WordHashes()  # cross-pack copies: fingerprints of results
 
     # -- where a set chunk lives ---------------------------------------------------------------
     def locate(self, chunk: int) -> tuple[int, int]:
@@ -85,7 +88,7 @@ class SetSearcher(Searcher):
                 m.r.stored_rows(F.VEC_DATA)
 
     # -- BM25 with summed statistics -----------------------------------------------------------
-    def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _bm25_terms(self, query: str) -> list[TermList]:
         n = self.n_chunks()
         if self._norms is None:
             # One mean length over every chunk of the set, computed as a merged pack would.
@@ -96,16 +99,16 @@ class SetSearcher(Searcher):
             # A second query means batch mode, a server or the API: from now on read each
             # pack's postings from memory (one read each) instead of slicing HDF5 per term.
             self._in_memory = True
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        # One list per term, its packs' parts end to end (set ids ascend across packs), in the
+        # query's order: each chunk's terms are summed in the order a merged pack sums them, so
+        # the scores are equal to the last bit, not merely close.
+        out = []
         for term in query_terms(query, self.analyzer_name):
-            parts.extend(self._term_parts(term, n))
-        # Parts run term by term, so each chunk's terms are summed in the order a merged pack
-        # sums them: the scores are equal to the last bit, not merely close.
-        ids, scores = accumulate(parts, n)
-        if mask is not None and ids.size:
-            keep = mask[ids]
-            ids, scores = ids[keep], scores[keep]
-        return ids, scores
+            parts = self._term_parts(term, n)
+            if parts:
+                ids = np.concatenate([p[0] for p in parts])
+                out.append(TermList(ids, np.concatenate([p[1] for p in parts])))
+        return out
 
     def _term_parts(self, term: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """``term``'s contribution to every chunk of the set holding it, one part per pack:
@@ -189,6 +192,51 @@ class SetSearcher(Searcher):
     def chunk_content(self, chunk: int) -> str:
         i, local = self.locate(chunk)
         return self.members[i].chunk_content(local)
+
+    # -- copies: each pack's stored groups, and copies across packs found among the results ----
+    def copy_group(self, chunk: int) -> Any | None:
+        if not self.use_copies:
+            return None
+        i, local = self.locate(chunk)
+        group = self.members[i].copy_group(local)
+        return None if group is None else (i, group)
+
+    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+        if not self.use_copies:
+            return
+        i, local = self.locate(chunk)
+        self.members[i]._list_copies(local, res, f"{self.names[i]}: ")
+
+    def _near_copy_in(
+        self, chunk: int, res: Result, ids: list[int], shown: list[Result]
+    ) -> Result | None:
+        """A result of another pack whose chunk is a copy of this one by the rule each pack's
+        groups were made with (kbpack/copies.py): the same manual in two packs of a set is one
+        result. Only between packs that store groups (0.2.0 packs keep identical-words only)."""
+        i, _ = self.locate(chunk)
+        if not (self.use_copies and self.members[i].r.has_copies):
+            return None
+        mine = self._fingerprint(chunk)
+        if mine.key is None:
+            return None
+        for c, other in zip(ids, shown, strict=True):  # (a few results: no memo needed)
+            j, _ = self.locate(c)
+            if j == i or not self.members[j].r.has_copies:
+                continue
+            theirs = self._fingerprint(c)
+            near = (
+                mine.signature is not None
+                and theirs.signature is not None
+                and similarity(mine.signature, theirs.signature) >= NEAR_THRESHOLD
+            )
+            if mine.key == theirs.key or near:
+                return other
+        return None
+
+    def _fingerprint(self, chunk: int) -> Fingerprint:
+        """The fingerprint of set chunk ``chunk`` (its own words, whatever ``--context``)."""
+        i, local = self.locate(chunk)
+        return fingerprint(self.members[i].r.chunk_content(local), self._word_hashes)
 
     def _result(
         self,

@@ -16,7 +16,9 @@ differences, so lexical evidence weighs in where its terms are rare (IDF) withou
 at which words "look like code". The previous rule (weighted RRF switched on by code-like
 terms) lost to dense alone on user-worded questions outside the development set, because
 ``HTML``, ``TCP``, ``40`` in ordinary questions switched full RRF on. The weight 0.8 is a round
-value: bench/fusion.py shows it against 0.7 and 0.9 on both phrasings.
+value: bench/fusion.py shows it against 0.7 and 0.9 on both phrasings. It stays the same for
+every query: lexical weights that grow with the IDF of the query's terms (bench/quality_table.py
+--idf, README "Quality") did not win on both phrasings of the development set.
 """
 
 from __future__ import annotations

@@ -253,7 +253,8 @@ def _carried_model(
     carrier = next((r for r in readers if r.has_embedded_model), None)
     if carrier is None:
         return None
-    tmp = temp_path_for(Path(out)).with_suffix(".gguf")
+    tmp = temp_path_for(Path(out))
+    tmp = tmp.with_name(tmp.name + ".gguf")  # (with_suffix would cut the name at its last dot)
     stack.callback(lambda: tmp.unlink(missing_ok=True))
     carrier.write_gguf(tmp)
     return tmp

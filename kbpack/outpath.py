@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from kbpack import interrupt
 from kbpack.errors import OutputRefused
 from kbpack.pack import format as F
 
@@ -162,6 +163,9 @@ def write_atomically(out: Path, mode: str = "w") -> Iterator[IO[str]]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out)
+        interrupt.check()
+        with interrupt.uninterruptible():
+            os.replace(tmp, out)
+            interrupt.published(out)
     finally:
         tmp.unlink(missing_ok=True)

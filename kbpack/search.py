@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.bm25_top import TermList, scores_at, top_k_exact
 from kbpack.dense import PieceIndex, checked_scores, chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
@@ -30,11 +31,11 @@ from kbpack.lexical import (
     STEM_MARK,
     BM25Index,
     TermLookup,
+    accumulate,
     analyzer,
-    bm25_scores,
     length_norms,
+    read_term_lists,
     tokenize,
-    top_k,
 )
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
@@ -48,6 +49,7 @@ RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may ope
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
 MODES = ("hybrid", "dense", "bm25")
+ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
 # the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
 # by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for
 SCAN_TOLERANCE = 1e-5
@@ -75,9 +77,12 @@ class Result:
     content: str
     pack: str | None = None  # the pack file, when several packs are searched as one
     rerank_score: float | None = None  # the cross-encoder's relevance, when --rerank ran
-    # locators of chunks with the same words (another copy of the document: HTML and PDF of one
-    # manual), collapsed into this result
+    # locators of the other copies of this passage (another copy of the document: HTML and PDF
+    # of one manual): the pack's stored group (/copies), or chunks of the same words
     also: list[str] = field(default_factory=list)
+    # those of ``also`` that ranked below this result and were folded into it (each would
+    # otherwise have taken a result slot of its own)
+    collapsed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -192,7 +197,7 @@ class Searcher:
         self._qcache: tuple[str, np.ndarray] | None = None
         self._norms: np.ndarray | None = None
         self._index: BM25Index | None = None
-        self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
+        self._postings: tuple[TermLookup, np.ndarray, Any, Any] | None = None
         self._bm25_queries = 0
         # the text -> terms rule the postings were built with; queries must use the same
         self.analyzer_name: str | None = reader.bm25_analyzer
@@ -200,6 +205,9 @@ class Searcher:
         # False: score by chunk vectors alone even in a pack with pieces (bench/pieces.py's
         # paired comparison); set before the first query
         self.use_pieces = True
+        # False: ignore the pack's stored copy groups (/copies) and collapse identical words
+        # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
+        self.use_copies = True
         self._dense_cache: tuple[str, np.ndarray, np.ndarray] | None = None
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
@@ -220,44 +228,48 @@ class Searcher:
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The BM25 top ``CANDIDATES``: (chunk ids, scores), best first."""
-        # top_k partitions first: sorting every matched chunk cost 63 ms of 79 at 100k chunks.
-        return top_k(*self._bm25_all(query, mask), CANDIDATES)
+        return top_k_exact(self._bm25_terms(query), self.n_chunks(), CANDIDATES, mask)
 
     def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Every chunk sharing a term with the query: (chunk ids, BM25 scores), unordered."""
-        r = self.r
-        if self._lookup is None:
-            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
-        k1, b = r.bm25_params
-        if self._norms is None:  # per pack, not per query
-            self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
-        if self._postings is None:
-            # (lookup, indptr, chunk, tf, doc_len): postings are h5py datasets, sliced per term;
-            # kept, since looking a dataset up by path costs as much as a baked query's sums
-            self._postings = (
-                self._lookup,
-                r.column(F.BM25_INDPTR),
-                r.dataset(F.BM25_CHUNK),
-                r.dataset(F.BM25_TF),
-                r.column(F.BM25_DOC_LEN),
-            )
-        postings = self._postings
-        self._bm25_queries += 1
-        if self._bm25_queries == 2 and self._index is None:
-            # A second query means batch mode or the API: bake every posting's score once (one
-            # read of the postings) so each later query only sums slices (bench/bm25.py).
-            self._index = BM25Index(*postings, k1=k1, b=b, analyzer_name=self.analyzer_name)
-        if self._index is not None:
-            ids, scores = self._index.scores(query)
-        else:
-            # One query: read only its terms' postings (indptr is one int per term, read whole).
-            ids, scores = bm25_scores(
-                query, *postings, k1=k1, b=b, norms=self._norms, analyzer_name=self.analyzer_name
-            )
+        """Every chunk sharing a term with the query: (chunk ids ascending, BM25 scores)."""
+        terms = self._bm25_terms(query)
+        ids, scores = accumulate([(t.ids, t.contrib) for t in terms], self.n_chunks())
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
         return ids, scores
+
+    def _bm25_terms(self, query: str) -> list[TermList]:
+        """The query's terms held by some chunk, in the query's order, with their postings'
+        BM25 contributions: what ``top_k_exact`` ranks and ``scores_at`` sums."""
+        r = self.r
+        k1, b = r.bm25_params
+        if self._norms is None:  # per pack, not per query
+            self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
+        if self._postings is None:
+            # (lookup, indptr, chunk, tf): postings are h5py datasets, sliced per term; kept,
+            # since looking a dataset up by path costs as much as a baked query's sums
+            self._postings = (
+                self.lookup(),
+                r.column(F.BM25_INDPTR),
+                r.dataset(F.BM25_CHUNK),
+                r.dataset(F.BM25_TF),
+            )
+        self._bm25_queries += 1
+        if self._bm25_queries == 2 and self._index is None:
+            # A second query means batch mode or the API: bake every posting's score once (one
+            # read of the postings) so each later query only sums slices (bench/bm25.py).
+            self._index = BM25Index(
+                *self._postings,
+                r.column(F.BM25_DOC_LEN),
+                k1=k1,
+                b=b,
+                analyzer_name=self.analyzer_name,
+            )
+        if self._index is not None:
+            return self._index.term_lists(query)
+        # One query: read only its terms' postings (indptr is one int per term, read whole).
+        return read_term_lists(query, *self._postings, self._norms, k1, self.analyzer_name)
 
     def _query_vector(self, query: str) -> np.ndarray:
         """The query's unit vector, embedded once per query string."""
@@ -285,6 +297,16 @@ class Searcher:
         """(dense score, chunk cosine) of every chunk, computed once per query string."""
         if self._dense_cache is None or self._dense_cache[0] != query:
             score, cos = self._scores(self._query_vector(query))
+            # a NaN or infinite component (a pack whose digests were rewritten to match: only
+            # verify's invariants would say so) must be one line, not a fusion ValueError
+            for element, values in ((F.VEC_DATA, cos), (F.PIECE_DATA, score)):
+                bad = np.flatnonzero(~np.isfinite(values))
+                if bad.size:
+                    raise DamagedDataError(
+                        self.r.where,
+                        element,
+                        f"the vectors of chunk {int(bad[0])} are not finite (NaN or infinity)",
+                    )
             self._dense_cache = (query, score, cos)
         return self._dense_cache[1], self._dense_cache[2]
 
@@ -396,9 +418,10 @@ class Searcher:
         bm_ids, bm_scores = np.zeros(0, np.int64), np.zeros(0, np.float64)
         de_ids = np.zeros(0, np.int64)
         sims: np.ndarray | None = None
+        bm_terms: list[TermList] = []
         if mode_used in ("hybrid", "bm25"):
-            bm_all_ids, bm_all_scores = self._bm25_all(query, mask)
-            bm_ids, bm_scores = top_k(bm_all_ids, bm_all_scores, CANDIDATES)
+            bm_terms = self._bm25_terms(query)
+            bm_ids, bm_scores = top_k_exact(bm_terms, self.n_chunks(), CANDIDATES, mask)
         if mode_used in ("hybrid", "dense"):
             sims = self.dense_similarities(query)
             de_ids = _top_similar(sims, mask)
@@ -410,9 +433,7 @@ class Searcher:
             assert sims is not None
             candidates = sorted_unique(np.concatenate((de_ids, bm_ids)))
             # BM25 of every candidate, not only of the BM25 top 100 (0 = no shared term)
-            lexical = np.zeros(candidates.size, np.float64)
-            hit = np.isin(bm_all_ids, candidates)
-            lexical[np.searchsorted(candidates, bm_all_ids[hit])] = bm_all_scores[hit]
+            lexical = scores_at(bm_terms, candidates)
             fused_ids, fused = convex(candidates, sims[candidates], lexical)
             ordered = [(int(c), float(f)) for c, f in zip(fused_ids, fused, strict=True)]
         elif mode_used == "dense":
@@ -441,8 +462,10 @@ class Searcher:
 
             top = DEFAULT_TOP if rerank_top is None else rerank_top
         results: list[Result] = []
-        returned: list[int] = []
-        seen: dict[tuple[str, ...], Result] = {}
+        # the chunk id of each result (res.chunk is a row of its own pack when searching a set)
+        ids: list[int] = []
+        by_words: dict[tuple[str, ...], Result] = {}  # identical words: one result
+        by_group: dict[Any, Result] = {}  # the pack's stored copy groups: one result
         for c, score in ordered:
             if len(results) >= max(k, top):
                 break
@@ -454,17 +477,26 @@ class Searcher:
             key = tuple(tokenize(res.content))
             if heading_only(key, res):
                 continue
-            first = seen.get(key)
-            if first is not None:  # the same words again: one result, the other places listed
+            group = self.copy_group(c)
+            first = by_words.get(key) or (by_group.get(group) if group is not None else None)
+            if first is None:
+                first = self._near_copy_in(c, res, ids, results)
+            if first is not None:  # a copy of a result above: one result, the place listed
                 where = f"{res.pack}: {res.locator}" if res.pack else res.locator
-                if res.locator != first.locator and where not in first.also:
-                    first.also.append(where)
+                if res.locator != first.locator or res.pack != first.pack:
+                    for listed in (first.collapsed, first.also):
+                        if where not in listed:
+                            listed.append(where)
                 continue
-            seen[key] = res
+            by_words[key] = res
+            if group is not None:
+                by_group[group] = res
             results.append(res)
-            returned.append(c)  # res.chunk is a row of its own pack when searching a set
+            ids.append(c)
+        for c, res in zip(ids, results, strict=True):
+            self._list_copies(c, res)
         if sims is not None:
-            self._check_dense(query, returned)
+            self._check_dense(query, ids)
         if top and results:
             results = self._rerank(query, results, top)
         results = results[:k]
@@ -481,6 +513,48 @@ class Searcher:
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
             suggestions=self.spelling(query),
         )
+
+    # -- copies of one passage (kbpack/copies.py, spec/FORMAT.md /copies) ----------------------
+    def copy_group(self, chunk: int) -> Any | None:
+        """The stored copy group of ``chunk`` (hashable), or None: no copy, or a pack without
+        ``/copies`` (kbpack 0.2.0), where only chunks of identical words are collapsed."""
+        groups = self.r.copy_groups() if self.use_copies else None
+        if groups is None or groups[chunk] < 0:
+            return None
+        return int(groups[chunk])
+
+    def copy_members(self, chunk: int) -> list[int]:
+        """The other chunks of ``chunk``'s stored group, ascending."""
+        groups = self.r.copy_groups() if self.use_copies else None
+        if groups is None or groups[chunk] < 0:
+            return []
+        return [int(x) for x in np.flatnonzero(groups == groups[chunk]) if x != chunk]
+
+    def chunk_locator(self, chunk: int) -> str:
+        """The citation of ``chunk`` (what ``Result.locator`` would say)."""
+        r = self.r
+        doc = int(r.column(F.CHUNK_DOCUMENT)[chunk])
+        start, end = int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
+        page = int(r.column(F.CHUNK_PAGE)[chunk]) or None
+        return locator(r.strings(F.DOC_NAME)[doc], start, end, page)
+
+    def _near_copy_in(
+        self, chunk: int, res: Result, ids: list[int], shown: list[Result]
+    ) -> Result | None:
+        """A result above that ``res`` (chunk ``chunk``) nearly copies where no stored group
+        can say so: in one pack the build-time groups decide (None); a pack set compares
+        results of different packs (``SetSearcher``)."""
+        return None
+
+    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+        """Add the stored group's other members to ``res.also`` (after those collapsed into
+        it, up to ``ALSO_MAX``): every place the passage is, whether it ranked or not."""
+        for other in self.copy_members(chunk):
+            if len(res.also) >= ALSO_MAX:
+                break
+            where = prefix + self.chunk_locator(other)
+            if where not in res.also and where != prefix + res.locator:
+                res.also.append(where)
 
     def spelling(self, query: str) -> list[Suggestion]:
         """ "Did you mean" for each plain query word no chunk holds (never applied to the query)."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack import interrupt
 from kbpack.errors import UsageError
 from kbpack.lexical import PostingsBuilder
 from kbpack.merge import copy_document
@@ -34,6 +35,7 @@ from kbpack.pack import format as F
 from kbpack.pack.manifest import encode_header, read_header, write_header
 from kbpack.pack.read import PackReader
 from kbpack.pack.structure import Finding
+from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
 from kbpack.pack.write import PackWriter
 from kbpack.progress import Progress
 from kbpack.restore import PackContents
@@ -125,7 +127,15 @@ def split_pack(
         sizes = {row: 0 for row in queue}
         parts: list[tuple[Path, list[int], int]] = []
         rewritten = 0
-        gguf = _model_file(r, out)
+        # every temp file is named after one temp path, so the next writer of ``out`` removes
+        # what a killed split left (kbpack/pack/tempfiles.py)
+        remove_stale_temp_files(out)
+        tmp_base = temp_path_for(out)
+        gguf = _model_file(r, tmp_base)
+
+        def part(index: int) -> Path:
+            return tmp_base.with_name(f"{tmp_base.name}.{index:03d}.part")
+
         try:
             while queue:
                 budget = max_bytes - est.fixed()
@@ -139,7 +149,7 @@ def split_pack(
                         break
                     rows.append(queue.popleft())
                     used += sizes[row]
-                tmp = out.with_name(f".{member_path(out, len(parts) + 1).name}.part")
+                tmp = part(len(parts) + 1)
                 size = _write_member(r, contents, rows, tmp, gguf, set_id, len(parts) + 1)
                 while size > max_bytes:
                     if len(rows) == 1:
@@ -162,7 +172,7 @@ def split_pack(
             progress.done()
         except BaseException:
             # the member being written (over the size, or interrupted) and those before it
-            current = out.with_name(f".{member_path(out, len(parts) + 1).name}.part")
+            current = part(len(parts) + 1)
             for tmp in [current, *(p for p, _, _ in parts)]:
                 tmp.unlink(missing_ok=True)
             raise
@@ -179,10 +189,10 @@ def split_pack(
     return report
 
 
-def _model_file(r: PackReader, out: Path) -> Path | None:
+def _model_file(r: PackReader, tmp: Path) -> Path | None:
     if not r.has_embedded_model:
         return None
-    path = out.with_name(f".{out.name}.model-{os.getpid()}.gguf")
+    path = tmp.with_name(tmp.name + ".gguf")
     r.write_gguf(path)
     return path
 
@@ -207,6 +217,7 @@ def _write_member(
         chunking=r.chunking,
         pieces=r.has_pieces,
         manifest_extra={"set": {"id": set_id, "index": index, "count": 0}},
+        intermediate=True,  # renamed into place by _publish with the whole set
     ) as w:
         s = r.search_defaults
         w.set_search_defaults(s["max_distance"], s.get("calibration"))
@@ -217,21 +228,32 @@ def _write_member(
 
 
 def _publish(parts: list[tuple[Path, list[int], int]], out: Path) -> list[dict[str, Any]]:
-    """Stamp the member count into each manifest, then rename the members into place."""
+    """Stamp the member count into each manifest, then rename the members into place. On any
+    failure the members not yet renamed are removed (a rename that fails halfway leaves a set
+    of new and old members, which verify reports as a foreign member)."""
     members = []
-    for tmp, _, _ in parts:
-        header = read_header(tmp)
-        manifest = header.manifest
-        manifest.extra["set"]["count"] = len(parts)
-        write_header(tmp, encode_header(manifest.to_json_bytes()))
-    for i, (tmp, rows, size) in enumerate(parts, 1):
-        final = member_path(out, i)
-        os.replace(tmp, final)
-        members.append({"path": str(final), "bytes": size, "documents": len(rows)})
-    with contextlib.suppress(OSError):
-        fd = os.open(out.parent, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+    try:
+        for tmp, _, _ in parts:
+            header = read_header(tmp)
+            manifest = header.manifest
+            manifest.extra["set"]["count"] = len(parts)
+            write_header(tmp, encode_header(manifest.to_json_bytes()))
+        interrupt.check()
+        with interrupt.uninterruptible():  # a signal here would leave old and new members
+            for i, (tmp, rows, size) in enumerate(parts, 1):
+                final = member_path(out, i)
+                os.replace(tmp, final)
+                interrupt.published(final)
+                members.append({"path": str(final), "bytes": size, "documents": len(rows)})
+            with contextlib.suppress(OSError):
+                fd = os.open(out.parent, os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+    except BaseException:
+        for tmp, _, _ in parts:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        raise
     return members
 
 
@@ -305,7 +327,9 @@ def build_set(
 
     builder = builder or build
     out = Path(opts.out)
-    whole = out.with_name(f".{out.stem}.unsplit-{os.getpid()}{out.suffix or '.kbpack'}")
+    remove_stale_temp_files(out)
+    tmp = temp_path_for(out)
+    whole = tmp.with_name(tmp.name + ".unsplit")
     try:
         report = builder(replace(opts, out=whole), progress)
         split = split_pack(whole, out, max_bytes, progress)

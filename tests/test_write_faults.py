@@ -100,11 +100,15 @@ def test_temp_files_of_dead_writers_are_removed_by_the_next_build(tmp_path: Path
     v01 = f".p.kbpack.tmp-{dead.pid}-0123abcd"  # kbpack 0.1's names carried no host
     live = temp_path_for(out).name.replace(f"-{os.getpid()}-", f"-{os.getppid()}-")
     elsewhere = f".p.kbpack.tmp-otherhost-{dead.pid}-89abcdef"
-    names = [stale, stale + ".text", stale + ".vec", v01, v01 + ".text", live, elsewhere]
+    # a killed split: its whole pack, a member, and the member's own writer's temp and spool
+    member = stale + ".001.part"
+    member_writer = "." + member + stale.removeprefix(".p.kbpack")
+    split = [stale + ".unsplit", stale + ".gguf", member, member_writer, member_writer + ".text"]
+    names = [stale, stale + ".text", stale + ".vec", v01, v01 + ".text", *split, live, elsewhere]
     for name in names:
         (tmp_path / name).write_bytes(b"x" * 100)
     assert {p.name for p in stale_temp_files(out)} == {stale, stale + ".text", stale + ".vec",
-                                                       v01, v01 + ".text"}  # fmt: skip
+                                                       v01, v01 + ".text", *split}  # fmt: skip
     r = kbpack("build", str(DOCS / "pypdf" / "README.md"), "-o", str(out), "--no-vectors", "-q")
     assert r.returncode == 0, r.stderr
     # a live writer's files and another host's are never touched

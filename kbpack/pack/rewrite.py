@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kbpack import interrupt
 from kbpack.pack import format as F
 from kbpack.pack.digest import attrs_digest
 from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
@@ -41,8 +42,11 @@ def rewrite_search_settings(
         manifest.file_size, manifest.hdf5_sha256 = hash_hdf5_bytes(tmp)
         write_header(tmp, encode_header(manifest.to_json_bytes()))
         _fsync_file(tmp)
-        os.replace(tmp, dst)
-        _fsync_dir(dst.parent)
+        interrupt.check()
+        with interrupt.uninterruptible():
+            os.replace(tmp, dst)
+            interrupt.published(dst)
+            _fsync_dir(dst.parent)
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)

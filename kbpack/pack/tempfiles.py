@@ -1,8 +1,9 @@
 """Temporary files beside a pack being written, and the removal of those a dead writer left.
 
-A writer's files are named ``.NAME.tmp-HOST-PID-TOKEN`` (the HDF5 file) plus ``.text``,
-``.vec``, ``.pieces`` or ``.gguf`` (its spools), beside the output ``NAME``, so that ``os.replace`` stays on
-one file system. A SIGKILL or a power cut leaves them behind; the next writer of the same
+A writer's files are named ``.NAME.tmp-HOST-PID-TOKEN`` (the HDF5 file), the same plus
+``.text``, ``.vec``, ``.pieces`` or ``.gguf`` (its spools) or ``.unsplit``/``.NNN.part`` (a split's
+whole pack and members, whose own writers' files start with one more dot), beside the output
+``NAME``, so that ``os.replace`` stays on one file system. A SIGKILL or a power cut leaves them behind; the next writer of the same
 output removes those whose writer is gone: same host, and no process with that PID. A file
 from another host (a shared folder) or from a live process is never touched.
 """
@@ -16,8 +17,6 @@ import secrets
 import socket
 from pathlib import Path
 
-SPOOL_SUFFIXES = (".text", ".vec", ".pieces", ".gguf")
-
 
 def _host() -> str:
     # letters, digits and dots only, so that the name parses back unambiguously
@@ -30,11 +29,12 @@ def temp_path_for(out: Path) -> Path:
 
 
 def _pattern(out: Path) -> re.Pattern[str]:
-    # kbpack 0.1 wrote ".NAME.tmp-PID-TOKEN" (no host): read as this host's
-    suffixes = "|".join(re.escape(s) for s in SPOOL_SUFFIXES)
+    # kbpack 0.1 wrote ".NAME.tmp-PID-TOKEN" (no host): read as this host's. A name may go on
+    # with a dot (spools, split's members and their own writers' files, which start with
+    # another dot): everything named after a temp path is that writer's.
     return re.compile(
-        rf"\.{re.escape(out.name)}\.tmp-(?:(?P<host>[A-Za-z0-9._]+)-)?(?P<pid>\d+)-[0-9a-f]{{8}}"
-        rf"(?:{suffixes})?"
+        rf"\.+{re.escape(out.name)}\.tmp-(?:(?P<host>[A-Za-z0-9._]+)-)?(?P<pid>\d+)-[0-9a-f]{{8}}"
+        r"(?:\..*)?"
     )
 
 
