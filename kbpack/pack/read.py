@@ -100,6 +100,32 @@ class CheckedDataset:
             raise DamagedDataError(self._where, self.element, "differs from the manifest's digest")
         return out
 
+    def read_spans(self, spans: list[tuple[int, int]]) -> list[np.ndarray]:
+        """Rows ``lo:hi`` of a 1-D dataset for each ``(lo, hi)`` of ``spans`` (disjoint), in one
+        HDF5 read: a query's postings are ~20 slices, and each h5py read costs ~50-200 us of
+        selection and call overhead before any chunk is decompressed."""
+        import h5py
+
+        order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+        sizes = [max(0, hi - lo) for lo, hi in spans]
+        out = np.empty(sum(sizes), dtype=self.dtype)
+        if len(out):
+            with hdf5_errors(self._where, self.element):
+                space = self._ds.id.get_space()
+                space.select_none()
+                for i in order:
+                    if sizes[i]:
+                        lo = spans[i][0]
+                        space.select_hyperslab((lo,), (sizes[i],), op=h5py.h5s.SELECT_OR)
+                self._ds.id.read(h5py.h5s.create_simple((len(out),)), space, out)
+        # HDF5 fills a selection in file order: the spans come back sorted by start
+        parts: list[np.ndarray] = [out[:0]] * len(spans)
+        at = 0
+        for i in order:
+            parts[i] = out[at : at + sizes[i]]
+            at += sizes[i]
+        return parts
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = np.asarray(self[()])
         return arr if dtype is None else arr.astype(dtype)
