@@ -268,7 +268,7 @@ def _differences(d: PackDiff, same_model: bool) -> list[str]:
             f"sentence pieces {label.get(o['pieces'], o['pieces'])} -> "
             f"{label.get(n['pieces'], n['pieces'])}"
         )
-    if o.get("copies") != n.get("copies"):
+    if (o.get("copies") or 0) != (n.get("copies") or 0):  # none stored = no copies found
         label = {None: "not stored"}
         out.append(
             f"chunks in copy groups {label.get(o.get('copies'), o.get('copies'))} -> "
