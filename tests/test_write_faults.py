@@ -167,3 +167,19 @@ def test_ctrl_c_while_the_writer_opens_its_spools_leaves_no_file(
     with pytest.raises(KeyboardInterrupt):
         write.PackWriter(out, model={"name": "m"}, dims=4)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_before_the_with_block_enters_leaves_no_file(tmp_path: Path) -> None:
+    """A Ctrl-C after the spools are open but before ``with PackWriter(...)`` reaches
+    __enter__ (so abort() never runs; the interrupt test hit this window under heavy load):
+    the spools go when the writer is collected, or at the latest when the interpreter exits."""
+    import gc
+
+    from kbpack.pack import write
+
+    out = tmp_path / "p.kbpack"
+    writer = write.PackWriter(out, model={"name": "m"}, dims=4)
+    assert stale_temp_files(out) or list(tmp_path.iterdir())  # the spools exist
+    del writer
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []

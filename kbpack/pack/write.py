@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,12 @@ def created_now() -> str:
     return when.replace(microsecond=0).isoformat()
 
 
+def _remove_files(paths: Sequence[Path]) -> None:
+    for p in paths:
+        with contextlib.suppress(OSError):
+            p.unlink(missing_ok=True)
+
+
 class PackWriter:
     """Write one pack. Use as a context manager: an exception (Ctrl-C included) aborts cleanly."""
 
@@ -155,6 +162,12 @@ class PackWriter:
         self._vec_spool = self.tmp.with_name(self.tmp.name + ".vec")
         self._piece_spool = self.tmp.with_name(self.tmp.name + ".pieces")
         self._state = "adding"
+        # A Ctrl-C after the spools exist but before the caller's ``with`` reaches __enter__
+        # (the rest of __init__, the return) would skip abort(): the files also go when this
+        # object is collected or the interpreter exits. After a commit they are gone already.
+        weakref.finalize(
+            self, _remove_files, (self._text_spool, self._vec_spool, self._piece_spool, self.tmp)
+        )
         try:  # a Ctrl-C between two opens must not leave the first spool behind
             self._text_f = open(self._text_spool, "wb")  # noqa: SIM115 - closed in commit/abort
             self._vec_f = open(self._vec_spool, "wb") if dims else None  # noqa: SIM115
