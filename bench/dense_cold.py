@@ -159,6 +159,7 @@ def run_child(pack: Path, engine: str, queries: int, seed: int) -> dict[str, Any
         env=env,
     )
     result: dict[str, Any] = json.loads(out.stdout)
+    print(json.dumps({k: v for k, v in result.items() if k != "tops"}), file=sys.stderr)
     return result
 
 
