@@ -8,6 +8,8 @@ import gzip
 import json
 import lzma
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -236,3 +238,16 @@ def test_strict_fails_on_skipped_documents_but_not_on_filters(
     report = json.loads(stdout)
     assert code == 0
     assert (report["filtered"], report["skipped"], report["counts"]["documents_ok"]) == (1, [], 2)
+
+
+def test_discover_is_the_function_whatever_was_imported_first() -> None:
+    """kbpack.extract.worker imports the discover submodule; afterwards the package's name
+    ``discover`` must still be the function (it was the module: builds failed with "'module'
+    object is not callable" depending on test order)."""
+    code = (
+        "import kbpack.extract.worker\n"
+        "from kbpack.extract import discover\n"
+        "assert callable(discover), discover\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
