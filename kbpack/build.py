@@ -137,7 +137,7 @@ def _refuse_empty(
     parts = [f"{len(failed)} failed", f"{len(skipped)} skipped"]
     if found is not None and found.filtered:
         parts.append(f"{found.filtered} left out by --include/--exclude")
-    first = (failed or skipped or [None])[0]
+    first = next(iter(failed or skipped), None)
     why = f"; first: {first['name']}: {first['reason']}" if first else ""
     hint = ""
     if found is not None and found.links_not_followed and "--follow-symlinks" not in why:
