@@ -114,6 +114,8 @@ def summary(r: PackReader) -> dict[str, Any]:
         "extractors": extractors,
         "counts": dict(r.counts),
         "pieces": r.counts.get("pieces") if r.has_pieces else None,  # None: no piece level
+        # chunks in copy groups (/copies); None: a pack of kbpack 0.2.0, which stores none
+        "copies": r.counts.get("copies", 0) if r.has_copies else None,
     }
 
 
@@ -263,6 +265,9 @@ def _differences(d: PackDiff, same_model: bool) -> list[str]:
     if o["pieces"] != n["pieces"]:
         was, now = ("none" if x is None else x for x in (o["pieces"], n["pieces"]))
         out.append(f"sentence pieces {was} -> {now}")
+    if (o.get("copies") or 0) != (n.get("copies") or 0):  # none stored = no copies found
+        was, now = ("not stored" if x is None else x for x in (o.get("copies"), n.get("copies")))
+        out.append(f"chunks in copy groups {was} -> {now}")
     if o["max_distance"] != n["max_distance"]:
         out.append(f"refusal threshold {o['max_distance']} -> {n['max_distance']}")
     worst = d.vectors.get("max_distance")
