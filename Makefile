@@ -54,6 +54,7 @@ test: install h5dump chromium
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy kbpack
 
 clean:
 	rm -rf out .pytest_cache

@@ -21,6 +21,7 @@ from kbpack.chunk import ChunkConfig, chunk_document, embedded_text, header, sec
 from kbpack.document import Document
 from kbpack.errors import KbpackError
 from kbpack.extract import Limits, discover, extract_all
+from kbpack.extract.common import is_unsupported
 from kbpack.extract.discover import Discovery
 from kbpack.lexical import PostingsBuilder
 from kbpack.pack.write import PackWriter
@@ -85,7 +86,19 @@ class BuildReport:
         d = dict(self.__dict__)
         d["path"] = str(self.path)
         d["header_token_share"] = self.header_share
+        d["unsupported"] = self.unsupported
         return d
+
+    @property
+    def unsupported(self) -> int:
+        """Skipped documents of a type kbpack does not read (by extension): never tried."""
+        return sum(is_unsupported(s["reason"]) for s in self.skipped)
+
+    def strict_failures(self) -> int:
+        """What ``--strict`` fails on: failed documents and skipped ones other than unsupported
+        types (a symlink loop, a folder not followed, a path that is not a regular file). A
+        documentation folder's _static/*.js and *.png are not documents kbpack could not read."""
+        return len(self.failed) + len(self.skipped) - self.unsupported
 
     @property
     def header_share(self) -> float:
@@ -137,7 +150,7 @@ def _refuse_empty(
     parts = [f"{len(failed)} failed", f"{len(skipped)} skipped"]
     if found is not None and found.filtered:
         parts.append(f"{found.filtered} left out by --include/--exclude")
-    first = (failed or skipped or [None])[0]
+    first = next(iter(failed or skipped), None)
     why = f"; first: {first['name']}: {first['reason']}" if first else ""
     hint = ""
     if found is not None and found.links_not_followed and "--follow-symlinks" not in why:

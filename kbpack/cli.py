@@ -28,7 +28,8 @@ from kbpack.errors import Exit
 EXIT: dict[Exit, str] = {
     Exit.OK: "success (a query with results, an intact pack, identical packs)",
     Exit.FAILURE: "failure: verify findings, diff differences, a build with no document (unless "
-    "`--allow-empty`), a failed or skipped document with `--strict`, a damaged pack, a failed "
+    "`--allow-empty`), a failed or skipped document with `--strict` (files of unsupported types "
+    "aside), a damaged pack, a failed "
     "`--batch` line, a full disk",
     Exit.USAGE: "usage error: unknown option or bad value, missing or unreadable input, not a "
     "pack, a path that is not a regular file (a FIFO, a device, a socket: refused by every "

@@ -112,8 +112,8 @@ def process_batch(
 ) -> list[Processed]:
     """Run on a worker: extract (in kbpack's time-limited child process), chunk and embed, as
     ``build.build_from`` does (the document prefix counts against the window)."""
-    for c in batch:
-        _maybe_die(c.name)
+    for candidate in batch:
+        _maybe_die(candidate.name)
     embedder = _embedder(model, threads, *prefixes) if vectors else None
     count = embedder.count_document_tokens if embedder else None
     config = ChunkConfig(
@@ -146,10 +146,10 @@ def process_batch(
     if embedder is not None:
         more = [t for _, ts in extra for t in ts]
         if more:
-            vectors = np.asarray(embedder.embed_documents(more), dtype=np.float32)
+            piece_block = np.asarray(embedder.embed_documents(more), dtype=np.float32)
             at = 0
             for p, ts in extra:
-                p.piece_vectors = dict(zip(ts, vectors[at : at + len(ts)], strict=True))
+                p.piece_vectors = dict(zip(ts, piece_block[at : at + len(ts)], strict=True))
                 at += len(ts)
         block = np.asarray(embedder.embed_documents(texts), dtype=np.float32) if texts else None
         at = 0

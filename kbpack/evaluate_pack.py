@@ -115,6 +115,7 @@ def evaluate_pack(
             from kbpack.api import load_reranker
 
             reranker = load_reranker(rerank, threads)
+            assert reranker is not None  # None only for no path
             for m in list(run_modes):
                 found[m + RERANKED] = ranks(p, qs, m, depth, reranker, rerank_top)
             report["rerank"] = {"model": reranker.identity.as_dict(), "top": rerank_top}

@@ -8,6 +8,8 @@ import gzip
 import json
 import lzma
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -236,3 +238,42 @@ def test_strict_fails_on_skipped_documents_but_not_on_filters(
     report = json.loads(stdout)
     assert code == 0
     assert (report["filtered"], report["skipped"], report["counts"]["documents_ok"]) == (1, [], 2)
+
+
+def test_discover_is_the_function_whatever_was_imported_first() -> None:
+    """kbpack.extract.worker imports the discover submodule; afterwards the package's name
+    ``discover`` must still be the function (it was the module: builds failed with "'module'
+    object is not callable" depending on test order)."""
+    code = (
+        "import kbpack.extract.worker\n"
+        "from kbpack.extract import discover\n"
+        "assert callable(discover), discover\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_strict_allows_files_of_unsupported_types_but_not_a_skip_kbpack_could_not_read(
+    tmp_path: Path,
+) -> None:
+    """A Sphinx tree's _static/*.js, *.css and *.png are never read, so they do not fail
+    --strict; a symlink loop in the same tree (an entry kbpack could not read) does."""
+    src = tmp_path / "html"
+    (src / "_static").mkdir(parents=True)
+    (src / "index.html").write_text("<h1>Guide</h1><p>Orphaning a package is described here.</p>")
+    (src / "_static" / "doctools.js").write_text("var x = 1;\n")
+    (src / "_static" / "basic.css").write_text("body { margin: 0 }\n")
+    (src / "_static" / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    out = tmp_path / "guide.kbpack"
+    args = ["build", str(src), "-o", str(out), "--no-vectors", "--strict"]
+    code, stdout, _ = run(*args, "--json")
+    report = json.loads(stdout)
+    assert code == 0, stdout
+    assert (report["unsupported"], len(report["skipped"])) == (3, 3)
+    code, stdout, _ = run(*args, "--force")
+    assert code == 0 and "1 ok, 0 failed, 3 skipped (3 of unsupported types)" in stdout
+    (src / "loop").symlink_to(src, target_is_directory=True)
+    code, stdout, _ = run(*args, "--json", "--follow-symlinks")
+    report = json.loads(stdout)
+    assert code == 1, stdout
+    assert report["unsupported"] == 3 and len(report["skipped"]) == 4

@@ -116,7 +116,8 @@ def build_options(f: Any) -> Any:
         click.option(
             "--strict",
             is_flag=True,
-            help="Exit 1 when any document failed or was skipped (--include/--exclude aside).",
+            help="Exit 1 when any document failed or was skipped (files of types kbpack does not "
+            "read, and --include/--exclude, aside).",
         ),
         click.option(
             "--allow-empty",
@@ -168,8 +169,8 @@ def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
 
     Failed documents are recorded in the pack with their reason; the build goes on.
     Exit 0 on success, 1 when no document could be read (unless --allow-empty) or when
-    --strict and a document failed or was skipped, 2 on usage errors, 130 when interrupted
-    (the output path is left as it was).
+    --strict and a document failed or was skipped (unsupported types aside), 2 on usage
+    errors, 130 when interrupted (the output path is left as it was).
     """
     return run_build_command(sources, out, **kw)
 
@@ -259,7 +260,7 @@ def run_build_command(
                 )
             for n in members.notes:
                 click.echo(f"  note     {n}")
-        return 1 if (strict and (report.failed or report.skipped)) else 0
+        return 1 if (strict and report.strict_failures()) else 0
     if reuse is not None:
         from kbpack.update import update_pack
 
@@ -277,7 +278,7 @@ def run_build_command(
         click.echo(render_report(report))
         if signature:
             click.echo(render_signature(report.path, signature))
-    return 1 if (strict and (report.failed or report.skipped)) else 0
+    return 1 if (strict and report.strict_failures()) else 0
 
 
 def _sign_update(path: Path, old: str | None, key: Path | None) -> dict[str, Any] | None:
@@ -327,7 +328,8 @@ def render_report(report: Any) -> str:
         ("pack", f"{report.path} ({human_size(report.size)})"),
         (
             "documents",
-            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped",
+            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped"
+            + (f" ({report.unsupported} of unsupported types)" if report.unsupported else ""),
         ),
         ("sections", c["sections"]),
         ("chunks", c["chunks"]),

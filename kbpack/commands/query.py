@@ -250,6 +250,7 @@ def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:
         if q is None and error is None:
             continue  # a blank line
         if error is None:
+            assert q is not None  # parse_batch_line gives a query or an error
             try:
                 out = {"id": qid, **_search(p, q, kw).as_dict()}
             except KbpackError as e:

@@ -17,9 +17,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# ``discover`` names both a submodule and its function. Imported lazily, the function lost to
+# the module whenever the submodule was imported first (``kbpack.extract.worker`` imports it):
+# the import system sets the package attribute to the submodule, so ``from kbpack.extract
+# import discover`` returned a module. Imported here, the name is the function for good. It is
+# cheap (os, fnmatch, kbpack.document).
+from kbpack.extract.discover import Candidate, Discovery, discover
+
 if TYPE_CHECKING:
     from kbpack.extract.common import EXTRACTOR_VERSIONS, KIND_BY_SUFFIX, MEDIA_TYPES
-    from kbpack.extract.discover import Candidate, Discovery, discover
     from kbpack.extract.file import extract_file
     from kbpack.extract.limits import Limits
     from kbpack.extract.worker import extract_all
@@ -30,9 +36,6 @@ _WHERE = {
     "EXTRACTOR_VERSIONS": "common",
     "KIND_BY_SUFFIX": "common",
     "MEDIA_TYPES": "common",
-    "Candidate": "discover",
-    "Discovery": "discover",
-    "discover": "discover",
     "extract_file": "file",
     "Limits": "limits",
     "extract_all": "worker",

@@ -62,6 +62,19 @@ def kind_of(path: Path) -> str | None:
     return KIND_BY_SUFFIX.get(inner_name(path).suffix.lower())
 
 
+UNSUPPORTED = "unsupported type"  # the reason of a file skipped for its type, then the suffix
+
+
+def unsupported_reason(path: Path) -> str:
+    """``unsupported type .png``: why a file of a type kbpack does not read was skipped."""
+    return f"{UNSUPPORTED} {type_suffix(path)}"
+
+
+def is_unsupported(reason: str | None) -> bool:
+    """A skip for the file's type: kbpack never tried to read it (``build --strict`` allows it)."""
+    return bool(reason) and str(reason).startswith(UNSUPPORTED + " ")
+
+
 def type_suffix(path: Path) -> str:
     """The suffix that decides the type, as a user would write it (``.png``, ``.tar.gz``)."""
     inner = inner_name(path)

@@ -27,7 +27,13 @@ from pathlib import Path
 
 from kbpack.document import Document
 from kbpack.errors import UsageError
-from kbpack.extract.common import blank_document, failed, file_identity, kind_of, type_suffix
+from kbpack.extract.common import (
+    blank_document,
+    failed,
+    file_identity,
+    kind_of,
+    unsupported_reason,
+)
 
 FOLLOW_OPTION = "--follow-symlinks"
 
@@ -250,7 +256,7 @@ def discover(
             origin[e.name] = e.path
             kind = kind_of(e.path)
             if e.reason is None and kind is None:
-                e = replace(e, reason=f"unsupported type {type_suffix(e.path)}", readable=True)
+                e = replace(e, reason=unsupported_reason(e.path), readable=True)
             if e.reason is not None:
                 found.records.append(_record(e))
                 continue

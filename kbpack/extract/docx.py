@@ -59,7 +59,7 @@ def _real_size(data: bytes, member: zipfile.ZipInfo, cap: int) -> int:
     size = 0
     try:
         for i in range(0, len(raw), _BLOCK):
-            chunk = raw[i : i + _BLOCK]
+            chunk: bytes | memoryview = raw[i : i + _BLOCK]
             while chunk and size <= cap:
                 size += len(inflater.decompress(chunk, _BLOCK))
                 chunk = inflater.unconsumed_tail

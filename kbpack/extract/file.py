@@ -18,7 +18,7 @@ from kbpack.extract.common import (
     file_identity,
     human_bytes,
     kind_of,
-    type_suffix,
+    unsupported_reason,
 )
 from kbpack.extract.limits import Limits
 from kbpack.extract.structure import Heading, build_sections
@@ -162,8 +162,7 @@ def extract_file(path: Path, name: str, limits: Limits | None = None) -> Documen
         return failed(doc, f"cannot read the file: {e.strerror or e}", "read")
     doc = replace(doc, source_size=len(data), source_sha256=sha256(data).hexdigest())
     if kind is None:
-        reason = f"unsupported type {type_suffix(path)}"
-        return replace(doc, status="skipped", reason=reason, stage="detect")
+        return replace(doc, status="skipped", reason=unsupported_reason(path), stage="detect")
     if not data:
         return failed(doc, "empty file", "read")
     try:

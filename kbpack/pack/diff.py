@@ -263,17 +263,11 @@ def _differences(d: PackDiff, same_model: bool) -> list[str]:
         if o[key] != n[key]:
             out.append(f"{label} version {o[key]} -> {n[key]}")
     if o["pieces"] != n["pieces"]:
-        label = {None: "none"}
-        out.append(
-            f"sentence pieces {label.get(o['pieces'], o['pieces'])} -> "
-            f"{label.get(n['pieces'], n['pieces'])}"
-        )
+        was, now = ("none" if x is None else x for x in (o["pieces"], n["pieces"]))
+        out.append(f"sentence pieces {was} -> {now}")
     if (o.get("copies") or 0) != (n.get("copies") or 0):  # none stored = no copies found
-        label = {None: "not stored"}
-        out.append(
-            f"chunks in copy groups {label.get(o.get('copies'), o.get('copies'))} -> "
-            f"{label.get(n.get('copies'), n.get('copies'))}"
-        )
+        was, now = ("not stored" if x is None else x for x in (o.get("copies"), n.get("copies")))
+        out.append(f"chunks in copy groups {was} -> {now}")
     if o["max_distance"] != n["max_distance"]:
         out.append(f"refusal threshold {o['max_distance']} -> {n['max_distance']}")
     worst = d.vectors.get("max_distance")

@@ -374,12 +374,12 @@ class PackReader:
         """
         if path not in self._cache:
             with hdf5_errors(self.where, path):
-                arr = self.h5[path][()]
+                read: np.ndarray = self.h5[path][()]
             want = self.manifest.elements.get(path)
-            if want is not None and numeric_digest(arr) != want:
+            if want is not None and numeric_digest(read) != want:
                 raise DamagedDataError(self.where, path, "differs from the manifest's digest")
-            self._check_references(path, arr)
-            self._cache[path] = arr
+            self._check_references(path, read)
+            self._cache[path] = read
         arr: np.ndarray = self._cache[path]
         return arr
 

@@ -52,18 +52,28 @@ from kbpack.pieces import PIECE_RULE, PIECE_WEIGHT
 BLOCK_ROWS = 65536
 
 
+# Read-only members (properties), so that frozen dataclasses such as chunk.Chunk and
+# pieces.Piece satisfy them: a plain ``x: int`` in a Protocol demands a settable attribute.
 class ChunkLike(Protocol):
-    section: int
-    start: int
-    end: int
-    page: int | None
-    tokens: int
+    @property
+    def section(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def page(self) -> int | None: ...
+    @property
+    def tokens(self) -> int: ...
 
 
 class PieceLike(Protocol):
-    chunk: int  # index into the document's chunks
-    start: int
-    end: int
+    @property
+    def chunk(self) -> int: ...  # index into the document's chunks
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
 
 
 class PostingsLike(Protocol):

@@ -143,7 +143,8 @@ class Library:
                     say(f"verifying {path} (bytes, signature, structure)")
                     status = quick_verify(path)
                 reader = PackReader(path)
-                embedder, notes = None, []
+                embedder = None
+                notes: list[str] = []
                 if load_model and reader.model is not None:
                     sha = str(reader.model[F.M_SHA256])
                     if sha not in embedders:
@@ -225,7 +226,6 @@ class Library:
         check_query(query, k, mode)
         # a document filter is an exact name from the pack, so glob characters in it are literal
         doc_glob = glob.escape(doc) if doc else None
-        options = {"doc": doc_glob, "kind": kind, "section": section, "refuse": refuse}
         if not pack and self.federated is not None:
             if mode == "dense" and self.federated.embedder is None:
                 raise UsageError(f"{self.federated.notes[0]}; mode dense needs one model")
@@ -233,10 +233,14 @@ class Library:
             with contextlib.ExitStack() as held:
                 for p in self.packs.values():
                     held.enter_context(p.lock)
-                return self.federated.search(query, k=k, mode=mode, **options)
+                return self.federated.search(
+                    query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
+                )
         p = self.get(pack)
         with p.lock:
-            return p.searcher.search(query, k=k, mode=mode, **options)
+            return p.searcher.search(
+                query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
+            )
 
     def pack_of(self, result: Any, pack: str | None) -> str:
         """The served name of the pack a result came from."""

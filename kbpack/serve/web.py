@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -26,6 +26,18 @@ from kbpack.errors import KbpackError, UsageError
 from kbpack.lexical import tokenize
 from kbpack.serve.guard import Guard
 from kbpack.serve.library import MAX_K, Document, Library, NotFound, check_query
+
+
+class SearchForm(TypedDict):
+    """The search page's query parameters, as the page echoes them back."""
+
+    q: str
+    mode: str
+    pack: str
+    doc: str
+    type: str
+    anyway: bool
+
 
 MODE_LABELS = {"hybrid": "hybrid", "bm25": "exact words", "dense": "meaning"}
 PAGE_K = 10
@@ -59,7 +71,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
 
     def search_page(request: Request) -> Response:
         q = request.query_params
-        form = {
+        form: SearchForm = {
             "q": q.get("q", ""),
             "mode": q.get("mode", "hybrid"),
             "pack": q.get("pack", ""),
@@ -278,7 +290,7 @@ def view_span(doc: Document, hit: tuple[int, int] | None, page: str | None) -> t
     return start, end
 
 
-def did_you_mean(form: dict[str, Any], resp: Any) -> list[tuple[str, str]]:
+def did_you_mean(form: SearchForm, resp: Any) -> list[tuple[str, str]]:
     """(the query with one unknown word replaced, its link) for each "did you mean" term."""
     out: list[tuple[str, str]] = []
     for sug in getattr(resp, "suggestions", []):
