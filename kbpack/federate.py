@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.bm25_top import TermList
 from kbpack.errors import UsageError
-from kbpack.lexical import accumulate, length_norms, query_terms, term_scores
+from kbpack.lexical import length_norms, query_terms, term_scores
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.search import Result, Searcher, SearchResponse
@@ -85,7 +86,7 @@ class SetSearcher(Searcher):
                 m.r.stored_rows(F.VEC_DATA)
 
     # -- BM25 with summed statistics -----------------------------------------------------------
-    def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _bm25_terms(self, query: str) -> list[TermList]:
         n = self.n_chunks()
         if self._norms is None:
             # One mean length over every chunk of the set, computed as a merged pack would.
@@ -96,16 +97,16 @@ class SetSearcher(Searcher):
             # A second query means batch mode, a server or the API: from now on read each
             # pack's postings from memory (one read each) instead of slicing HDF5 per term.
             self._in_memory = True
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        # One list per term, its packs' parts end to end (set ids ascend across packs), in the
+        # query's order: each chunk's terms are summed in the order a merged pack sums them, so
+        # the scores are equal to the last bit, not merely close.
+        out = []
         for term in query_terms(query, self.analyzer_name):
-            parts.extend(self._term_parts(term, n))
-        # Parts run term by term, so each chunk's terms are summed in the order a merged pack
-        # sums them: the scores are equal to the last bit, not merely close.
-        ids, scores = accumulate(parts, n)
-        if mask is not None and ids.size:
-            keep = mask[ids]
-            ids, scores = ids[keep], scores[keep]
-        return ids, scores
+            parts = self._term_parts(term, n)
+            if parts:
+                ids = np.concatenate([p[0] for p in parts])
+                out.append(TermList(ids, np.concatenate([p[1] for p in parts])))
+        return out
 
     def _term_parts(self, term: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """``term``'s contribution to every chunk of the set holding it, one part per pack:

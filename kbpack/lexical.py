@@ -18,7 +18,6 @@ Defaults k1 = 1.2, b = 0.75.
 from __future__ import annotations
 
 import bisect
-import math
 import re
 import unicodedata
 from array import array
@@ -28,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from kbpack.bm25_top import TermList, summed, top_k_exact
+from kbpack.bm25_top import top_k as top_k  # kept importable from here, where it used to live
 
 K1 = 1.2
 B = 0.75
@@ -388,6 +390,16 @@ def _bounds(rows: list[int], indptr: Any) -> list[tuple[int, int]]:
     return [tuple(int(x) for x in indptr[r : r + 2]) for r in rows]  # type: ignore[misc]
 
 
+def idf_weights(df: np.ndarray, n: int, k1: float) -> np.ndarray:
+    """``idf(t) * (k1 + 1)`` for each document frequency: the factor of every posting of a term.
+
+    Always computed over an array, by this one function, so that a term's weight is the same
+    float whether one query reads its postings or ``BM25Index`` bakes them all (numpy's array
+    ``log1p`` and Python's ``math.log1p`` may differ in the last bit)."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
+
+
 def term_scores(
     lo: int,
     hi: int,
@@ -407,12 +419,16 @@ def term_scores(
     ids = np.asarray(chunk[lo:hi])
     f = np.asarray(tf[lo:hi]).astype(np.float64)
     df = hi - lo if df is None else df
-    weight = math.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
+    weight = idf_weights(np.array([df]), n, k1)[0]
     return ids, weight * f / (f + norms[ids])
 
 
 def accumulate(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sum per-term contributions per chunk; ids come back ascending."""
+    """Sum per-term contributions per chunk; ids come back ascending.
+
+    Each chunk's contributions are added one by one in the order of ``parts`` (the query's term
+    order), from 0.0: the canonical score of ``kbpack.bm25_top``, equal to the last bit
+    (``np.add.reduceat`` would not be: it adds pairwise)."""
     parts = [p for p in parts if len(p[0])]
     if not parts:
         return _empty()
@@ -420,17 +436,39 @@ def accumulate(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np.n
         return parts[0][0].astype(np.intp), parts[0][1].copy()  # one term: unique, ascending
     if sum(len(p[0]) for p in parts) * 4 > n:
         # Postings cover much of the collection: a dense accumulator beats sorting them.
-        acc = np.zeros(n, dtype=np.float64)
-        for ids, scores in parts:
-            np.add.at(acc, ids, scores)
-        hit = np.flatnonzero(acc)
+        acc = summed([TermList(*p) for p in parts], n)
+        hit = np.flatnonzero(acc)  # contributions are > 0
         return hit, acc[hit]
     ids = np.concatenate([p[0] for p in parts])
-    weights = np.concatenate([p[1] for p in parts])
-    order = np.argsort(ids, kind="stable")
-    ids, weights = ids[order], weights[order]
-    first = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-    return ids[first].astype(np.intp), np.add.reduceat(weights, first)
+    order = np.argsort(ids, kind="stable")  # stable: each chunk's terms stay in query order
+    ids = ids[order]
+    first = np.concatenate(([True], ids[1:] != ids[:-1]))
+    group = np.cumsum(first) - 1
+    weights = np.concatenate([p[1] for p in parts])[order]
+    return ids[first].astype(np.intp), np.bincount(group, weights, minlength=int(first.sum()))
+
+
+def read_term_lists(
+    query: str,
+    lookup: TermLookup,
+    indptr: Any,
+    chunk: Any,
+    tf: Any,
+    norms: np.ndarray,
+    k1: float = K1,
+    analyzer_name: str | None = None,
+) -> list[TermList]:
+    """The query's terms held by some chunk, in the query's order, each as a ``TermList``
+    (contributions computed from the raw counts). ``indptr``, ``chunk`` and ``tf`` may be numpy
+    arrays or h5py datasets: only the slices of the query's terms are read. ``norms`` is
+    ``length_norms(doc_len, k1, b)``, one per chunk."""
+    n = len(norms)
+    rows = [r for r in (lookup.find(t) for t in query_terms(query, analyzer_name)) if r is not None]
+    if not rows or n == 0:
+        return []
+    return [
+        TermList(*term_scores(lo, hi, chunk, tf, n, norms, k1)) for lo, hi in _bounds(rows, indptr)
+    ]
 
 
 def bm25_scores(
@@ -446,22 +484,18 @@ def bm25_scores(
     norms: np.ndarray | None = None,
     analyzer_name: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """BM25 scores of every chunk that shares a term with ``query``.
+    """BM25 scores of every chunk that shares a term with ``query``: the reference path.
 
     Returns ``(chunk ids ascending, float64 scores > 0)``. ``indptr``, ``chunk`` and ``tf`` may
     be numpy arrays or h5py datasets: only the slices of the query's terms are read. Passing
     ``norms = length_norms(doc_len, k1, b)`` (same k1 and b) saves recomputing them per query.
-    For many queries on one pack, ``BM25Index`` is faster.
+    For the best k alone, ``top_k_exact`` over ``read_term_lists`` is faster and equal; for
+    many queries on one pack, ``BM25Index``.
     """
-    n = len(doc_len)
-    terms = query_terms(query, analyzer_name)
-    rows = [r for r in (lookup.find(t) for t in terms) if r is not None]
-    if not rows or n == 0:
-        return _empty()
     if norms is None:
         norms = length_norms(doc_len, k1, b, avg_len)
-    parts = [term_scores(lo, hi, chunk, tf, n, norms, k1) for lo, hi in _bounds(rows, indptr)]
-    return accumulate(parts, n)
+    terms = read_term_lists(query, lookup, indptr, chunk, tf, norms, k1, analyzer_name)
+    return accumulate([(t.ids, t.contrib) for t in terms], len(norms))
 
 
 class BM25Index:
@@ -470,7 +504,7 @@ class BM25Index:
     At construction every posting's contribution ``idf * tf * (k1 + 1) / (tf + norm)`` is
     computed once from the stored raw counts (12 bytes per posting in memory: an int32 chunk id
     and a float64 score), so a query only sums slices, as engines with baked scores do. Scores
-    equal ``bm25_scores``, which reads only the query's postings and suits a single query.
+    equal ``bm25_scores`` to the last bit.
     """
 
     def __init__(
@@ -490,23 +524,32 @@ class BM25Index:
         self.indptr = np.asarray(indptr[:], dtype=np.int64)
         self.chunk = np.asarray(chunk[:], dtype=np.int32)
         df = np.diff(self.indptr)
-        weight = np.log1p((self.n - df + 0.5) / (df + 0.5)) * (k1 + 1.0)
+        weight = idf_weights(df, self.n, k1)
         f = np.asarray(tf[:], dtype=np.float64)
         norms = length_norms(doc_len, k1, b)
         self.contrib = np.repeat(weight, df) * f / (f + norms[self.chunk])
         self._rows: dict[str, int | None] = {}
 
+    def term_lists(self, query: str) -> list[TermList]:
+        """The query's terms held by some chunk, in the query's order (slices, no copies)."""
+        rows = [r for r in map(self._row, query_terms(query, self.analyzer_name)) if r is not None]
+        if not rows or self.n == 0:
+            return []
+        return [
+            TermList(self.chunk[lo:hi], self.contrib[lo:hi])
+            for lo, hi in _bounds(rows, self.indptr)
+        ]
+
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """``(chunk ids ascending, scores > 0)``, as ``bm25_scores``."""
-        terms = query_terms(query, self.analyzer_name)
-        rows = [r for r in map(self._row, terms) if r is not None]
-        if not rows or self.n == 0:
-            return _empty()
-        parts = [(self.chunk[lo:hi], self.contrib[lo:hi]) for lo, hi in _bounds(rows, self.indptr)]
-        return accumulate(parts, self.n)
+        return accumulate([(t.ids, t.contrib) for t in self.term_lists(query)], self.n)
 
-    def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return top_k(*self.scores(query), k)
+    def top(
+        self, query: str, k: int, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best chunks (within ``mask``): ``top_k`` of ``scores``, computed by
+        ``top_k_exact``."""
+        return top_k_exact(self.term_lists(query), self.n, k, mask)
 
     def _row(self, term: str) -> int | None:
         """``lookup.find`` memoised: query words repeat across queries."""
@@ -517,16 +560,3 @@ class BM25Index:
                 self._rows.clear()
             row = self._rows[term] = self.lookup.find(term)
             return row
-
-
-def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best ``(ids, scores)``, best first; equal scores ordered by ascending id."""
-    if k <= 0 or len(ids) == 0:
-        return ids[:0], scores[:0]
-    if len(ids) > k:
-        # Keep everything tied with the k-th score so the tie-break below sees all candidates.
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        keep = np.flatnonzero(scores >= kth)
-        ids, scores = ids[keep], scores[keep]
-    order = np.lexsort((ids, -scores))[:k]
-    return ids[order], scores[order]

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.bm25_top import TermList, scores_at, top_k_exact
 from kbpack.dense import PieceIndex, checked_scores, chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
@@ -33,11 +34,11 @@ from kbpack.lexical import (
     STEM_MARK,
     BM25Index,
     TermLookup,
+    accumulate,
     analyzer,
-    bm25_scores,
     length_norms,
+    read_term_lists,
     tokenize,
-    top_k,
 )
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
@@ -207,7 +208,7 @@ class Searcher:
         self._qcache: tuple[str, np.ndarray] | None = None
         self._norms: np.ndarray | None = None
         self._index: BM25Index | None = None
-        self._postings: tuple[TermLookup, np.ndarray, Any, Any, np.ndarray] | None = None
+        self._postings: tuple[TermLookup, np.ndarray, Any, Any] | None = None
         self._bm25_queries = 0
         # the text -> terms rule the postings were built with; queries must use the same
         self.analyzer_name: str | None = reader.bm25_analyzer
@@ -235,44 +236,48 @@ class Searcher:
     # -- the lists ---------------------------------------------------------------------------
     def _bm25(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The BM25 top ``CANDIDATES``: (chunk ids, scores), best first."""
-        # top_k partitions first: sorting every matched chunk cost 63 ms of 79 at 100k chunks.
-        return top_k(*self._bm25_all(query, mask), CANDIDATES)
+        return top_k_exact(self._bm25_terms(query), self.n_chunks(), CANDIDATES, mask)
 
     def _bm25_all(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Every chunk sharing a term with the query: (chunk ids, BM25 scores), unordered."""
-        r = self.r
-        if self._lookup is None:
-            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
-        k1, b = r.bm25_params
-        if self._norms is None:  # per pack, not per query
-            self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
-        if self._postings is None:
-            # (lookup, indptr, chunk, tf, doc_len): postings are h5py datasets, sliced per term;
-            # kept, since looking a dataset up by path costs as much as a baked query's sums
-            self._postings = (
-                self._lookup,
-                r.column(F.BM25_INDPTR),
-                r.dataset(F.BM25_CHUNK),
-                r.dataset(F.BM25_TF),
-                r.column(F.BM25_DOC_LEN),
-            )
-        postings = self._postings
-        self._bm25_queries += 1
-        if self._bm25_queries == 2 and self._index is None:
-            # A second query means batch mode or the API: bake every posting's score once (one
-            # read of the postings) so each later query only sums slices (bench/bm25.py).
-            self._index = BM25Index(*postings, k1=k1, b=b, analyzer_name=self.analyzer_name)
-        if self._index is not None:
-            ids, scores = self._index.scores(query)
-        else:
-            # One query: read only its terms' postings (indptr is one int per term, read whole).
-            ids, scores = bm25_scores(
-                query, *postings, k1=k1, b=b, norms=self._norms, analyzer_name=self.analyzer_name
-            )
+        """Every chunk sharing a term with the query: (chunk ids ascending, BM25 scores)."""
+        terms = self._bm25_terms(query)
+        ids, scores = accumulate([(t.ids, t.contrib) for t in terms], self.n_chunks())
         if mask is not None and ids.size:
             keep = mask[ids]
             ids, scores = ids[keep], scores[keep]
         return ids, scores
+
+    def _bm25_terms(self, query: str) -> list[TermList]:
+        """The query's terms held by some chunk, in the query's order, with their postings'
+        BM25 contributions: what ``top_k_exact`` ranks and ``scores_at`` sums."""
+        r = self.r
+        k1, b = r.bm25_params
+        if self._norms is None:  # per pack, not per query
+            self._norms = length_norms(r.column(F.BM25_DOC_LEN), k1, b)
+        if self._postings is None:
+            # (lookup, indptr, chunk, tf): postings are h5py datasets, sliced per term; kept,
+            # since looking a dataset up by path costs as much as a baked query's sums
+            self._postings = (
+                self.lookup(),
+                r.column(F.BM25_INDPTR),
+                r.dataset(F.BM25_CHUNK),
+                r.dataset(F.BM25_TF),
+            )
+        self._bm25_queries += 1
+        if self._bm25_queries == 2 and self._index is None:
+            # A second query means batch mode or the API: bake every posting's score once (one
+            # read of the postings) so each later query only sums slices (bench/bm25.py).
+            self._index = BM25Index(
+                *self._postings,
+                r.column(F.BM25_DOC_LEN),
+                k1=k1,
+                b=b,
+                analyzer_name=self.analyzer_name,
+            )
+        if self._index is not None:
+            return self._index.term_lists(query)
+        # One query: read only its terms' postings (indptr is one int per term, read whole).
+        return read_term_lists(query, *self._postings, self._norms, k1, self.analyzer_name)
 
     def _query_vector(self, query: str) -> np.ndarray:
         """The query's unit vector, embedded once per query string."""
@@ -411,9 +416,10 @@ class Searcher:
         bm_ids, bm_scores = np.zeros(0, np.int64), np.zeros(0, np.float64)
         de_ids = np.zeros(0, np.int64)
         sims: np.ndarray | None = None
+        bm_terms: list[TermList] = []
         if mode_used in ("hybrid", "bm25"):
-            bm_all_ids, bm_all_scores = self._bm25_all(query, mask)
-            bm_ids, bm_scores = top_k(bm_all_ids, bm_all_scores, CANDIDATES)
+            bm_terms = self._bm25_terms(query)
+            bm_ids, bm_scores = top_k_exact(bm_terms, self.n_chunks(), CANDIDATES, mask)
         if mode_used in ("hybrid", "dense"):
             sims = self.dense_similarities(query)
             de_ids = _top_similar(sims, mask)
@@ -425,9 +431,7 @@ class Searcher:
             assert sims is not None
             candidates = np.union1d(de_ids, bm_ids)
             # BM25 of every candidate, not only of the BM25 top 100 (0 = no shared term)
-            lexical = np.zeros(candidates.size, np.float64)
-            hit = np.isin(bm_all_ids, candidates)
-            lexical[np.searchsorted(candidates, bm_all_ids[hit])] = bm_all_scores[hit]
+            lexical = scores_at(bm_terms, candidates)
             fused_ids, fused = convex(candidates, sims[candidates], lexical)
             ordered = [(int(c), float(f)) for c, f in zip(fused_ids, fused, strict=True)]
         elif mode_used == "dense":

@@ -1,0 +1,187 @@
+"""The pruned top-k (kbpack.bm25_top) returns exactly what scoring every chunk returns.
+
+"Exactly": the same ids in the same order with the same float64 scores, compared with ``==``,
+against ``top_k`` over ``bm25_scores`` (every matching chunk scored, the reference path), which
+tests/test_lexical.py checks against the formula written out in loops.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbpack.bm25_top import TermList, scores_at, top_k_exact
+from kbpack.lexical import (
+    SNOWBALL_ENGLISH,
+    BM25Index,
+    PostingsBuilder,
+    TermLookup,
+    analyzer,
+    bm25_scores,
+    length_norms,
+    read_term_lists,
+    top_k,
+)
+
+
+def build(texts: list[str], analyzer_name: str | None = None) -> tuple[TermLookup, object]:
+    builder = PostingsBuilder(analyzer_name)
+    for i, t in enumerate(texts):
+        builder.add(i, t)
+    p = builder.finish(len(texts))
+    return TermLookup.from_terms(p.terms), p
+
+
+def reference(
+    texts_index: tuple[TermLookup, object],
+    query: str,
+    k: int,
+    k1: float,
+    b: float,
+    mask: np.ndarray | None,
+    analyzer_name: str | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every matching chunk scored, masked, then the k best."""
+    lookup, p = texts_index
+    ids, scores = bm25_scores(
+        query, lookup, p.indptr, p.chunk, p.tf, p.doc_len, k1, b, analyzer_name=analyzer_name
+    )
+    if mask is not None:
+        keep = mask[ids]
+        ids, scores = ids[keep], scores[keep]
+    return top_k(ids, scores, k)
+
+
+def assert_same(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray]) -> None:
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()  # bit for bit, not approximately
+
+
+def check_all_paths(
+    texts: list[str],
+    query: str,
+    k: int,
+    k1: float = 1.2,
+    b: float = 0.75,
+    mask: np.ndarray | None = None,
+    analyzer_name: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    idx = build(texts, analyzer_name)
+    lookup, p = idx
+    want = reference(idx, query, k, k1, b, mask, analyzer_name)
+    baked = BM25Index(lookup, p.indptr, p.chunk, p.tf, p.doc_len, k1, b, analyzer_name)
+    assert_same(baked.top(query, k, mask), want)
+    norms = length_norms(p.doc_len, k1, b)
+    read = read_term_lists(query, lookup, p.indptr, p.chunk, p.tf, norms, k1, analyzer_name)
+    assert_same(top_k_exact(read, len(texts), k, mask), want)
+    # The scores of any chunks, as a hybrid query asks for its dense candidates'.
+    every = bm25_scores(
+        query, lookup, p.indptr, p.chunk, p.tf, p.doc_len, k1, b, None, None, analyzer_name
+    )
+    some = np.arange(len(texts))[::2]
+    full = np.zeros(len(texts))
+    full[every[0]] = every[1]
+    assert scores_at(baked.term_lists(query), some).tolist() == full[some].tolist()
+    assert scores_at(read, some).tolist() == full[some].tolist()
+    return want
+
+
+words = st.sampled_from(
+    ["the", "the", "the", "of", "of", "alpha", "beta", "gamma", "eu-west-1", "perché", "東京"]
+)
+texts_strategy = st.lists(st.lists(words, max_size=12).map(" ".join), min_size=1, max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=texts_strategy,
+    dup=st.integers(0, 3),
+    query=st.lists(
+        st.sampled_from(["the", "of", "alpha", "beta", "gamma", "東京", "zeta", "-"]), max_size=6
+    ).map(" ".join),
+    k=st.integers(0, 12),
+    k1=st.sampled_from([1.2, 0.9, 2.0]),
+    b=st.sampled_from([0.75, 0.0, 1.0]),
+    masked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_pruned_top_k_equals_scoring_every_chunk(
+    texts: list[str], dup: int, query: str, k: int, k1: float, b: float, masked: bool, seed: int
+) -> None:
+    """Random small corpora with duplicated chunks (ties), empty and unknown-term queries
+    ("zeta", "-"), k from 0 to more than the chunks, masks (query filters)."""
+    texts = texts + texts[:dup]  # the same text twice: equal scores, ordered by id
+    rng = np.random.default_rng(seed)
+    mask = rng.random(len(texts)) < 0.6 if masked else None
+    check_all_paths(texts, query, k, k1, b, mask)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(
+            st.sampled_from(
+                ["orphan", "orphaning", "orphaned", "Orphans", "NTFS", "the", "runs", "running"]
+            ),
+            max_size=10,
+        ).map(" ".join),
+        min_size=1,
+        max_size=20,
+    ),
+    query=st.sampled_from(["orphans running", "the orphaned run", "NTFS", "ran", ""]),
+    k=st.integers(1, 6),
+)
+def test_stemmed_packs_rank_alike(texts: list[str], query: str, k: int) -> None:
+    pytest.importorskip("snowballstemmer")
+    analyzer(SNOWBALL_ENGLISH)
+    check_all_paths(texts, query, k, analyzer_name=SNOWBALL_ENGLISH)
+
+
+def zipf_corpus(n: int, vocab: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    weights = [1.0 / (r + 1) for r in range(vocab)]
+    names = [f"w{r}" for r in range(vocab)]
+    return [" ".join(rng.choices(names, weights, k=rng.randint(5, 60))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_top_k_equals_the_reference_on_a_zipf_corpus(k: int) -> None:
+    """Common and rare words as in real text (many equal contributions, so many ties)."""
+    texts = zipf_corpus(3000, 2000, seed=5)
+    lookup, p = build(texts)
+    baked = BM25Index(lookup, p.indptr, p.chunk, p.tf, p.doc_len)
+    rng = random.Random(9)
+    for _ in range(40):
+        query = " ".join(f"w{rng.choice([0, 1, 2, 3, 5, 8])}" for _ in range(3))
+        query += " " + " ".join(f"w{rng.randint(50, 1999)}" for _ in range(3))
+        assert_same(baked.top(query, k), reference((lookup, p), query, k, 1.2, 0.75, None, None))
+
+
+def test_read_from_hdf5_datasets_equals_baked(tmp_path: Path) -> None:
+    texts = zipf_corpus(400, 300, seed=2)
+    lookup, p = build(texts)
+    baked = BM25Index(lookup, p.indptr, p.chunk, p.tf, p.doc_len)
+    with h5py.File(tmp_path / "p.h5", "w") as f:
+        f["indptr"], f["chunk"], f["tf"] = p.indptr, p.chunk, p.tf
+    norms = length_norms(p.doc_len)
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        for query in ("w0 w7 w120", "w1 w2 w3 w250 w299", "nothing here"):
+            read = read_term_lists(query, lookup, f["indptr"], f["chunk"], f["tf"], norms)
+            assert_same(top_k_exact(read, len(texts), 10), baked.top(query, 10))
+
+
+def test_term_list_lookups_and_edges() -> None:
+    t = TermList(np.array([2, 5, 9], np.int32), np.array([0.5, 1.5, 1.0]))
+    assert t.at(np.array([0, 2, 6, 9, 11])).tolist() == [0.0, 0.5, 0.0, 1.0, 0.0]
+    empty = TermList(np.zeros(0, np.int32), np.zeros(0))
+    assert empty.at(np.array([1, 2])).tolist() == [0.0, 0.0]
+    assert top_k_exact([empty], 10, 5)[0].tolist() == []
+    assert top_k_exact([t], 0, 5)[0].tolist() == []
+    # a mask that keeps nothing
+    assert top_k_exact([t], 10, 5, np.zeros(10, bool))[0].tolist() == []
