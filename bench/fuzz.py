@@ -7,9 +7,15 @@ and verify, in a worker process watched with a timeout. Prints executions, comma
 crashes, hangs, internal errors, errors of more than one line, silent wrong reads and damage
 that a command noticed but verify passed; each finding with the seed and index that replay it.
 
+Extractors: mutants of PDF, DOCX, HTML, Markdown and text fixtures (bytes, and each format's
+own structure: PDF numbers and delimiters, DOCX XML rezipped, markup) through the extraction
+worker process a build uses, 200 documents per worker; each document judged (crash, hang,
+bare Python exception, a Document that chunking or writing would choke on).
+
     nice -n 10 python bench/fuzz.py --target packs --executions 2000 --seed 1
     python bench/fuzz.py --target packs --minutes 30 --json      # as many as fit
     python bench/fuzz.py --replay 1:22                           # one execution again
+    nice -n 10 python bench/fuzz.py --target docs --executions 10000 --kinds pdf docx html
 """
 
 from __future__ import annotations
@@ -54,9 +60,52 @@ def show(result: FuzzResult, load: str) -> None:
         print("  " + f.line())
 
 
+def doc_seeds(work: Path) -> list[Path]:
+    from kbpack.fuzz.doc_target import DEFAULT_SEEDS
+    from kbpack.fuzz.seeds import DOCS
+
+    small = []
+    for name in ("manual.html", "pumps.md", "valves.txt"):
+        (work / name).write_text(DOCS[name], encoding="utf-8")
+        small.append(work / name)
+    return [ROOT / p for p in DEFAULT_SEEDS] + small
+
+
+def run_docs(args: argparse.Namespace, load: str) -> None:
+    from kbpack.fuzz.doc_target import DocFuzzer
+
+    results = []
+    with (
+        tempfile.TemporaryDirectory(prefix="kbpack-fuzz-docs-") as tmp,
+        DocFuzzer(doc_seeds(Path(tmp)), timeout_s=min(args.timeout, 120.0)) as fuzzer,
+    ):
+        for kind in args.kinds:
+            if args.replay:
+                seed, index = (int(x) for x in args.replay.split(":"))
+                _, data, label = fuzzer.mutant(kind, seed, index)
+                out = Path(f"fuzz-{kind}-{seed}-{index}")
+                out.write_bytes(data)
+                print(f"{kind}: {label} -> {out}")
+                continue
+            minutes = args.minutes / len(args.kinds) if args.minutes else None
+            r = fuzzer.run(
+                kind,
+                args.executions,
+                args.seed,
+                args.start,
+                deadline_s=minutes * 60 if minutes else None,
+            )
+            results.append(r)
+            if not args.json:
+                show(r, load)
+    if args.json and results:
+        print(json.dumps([dict(r.as_json(), seed=args.seed, load=load) for r in results], indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", choices=["packs"], default="packs")
+    ap.add_argument("--target", choices=["packs", "docs"], default="packs")
+    ap.add_argument("--kinds", nargs="+", default=["pdf", "docx", "html", "md", "txt"])
     ap.add_argument("--executions", type=int, default=1000)
     ap.add_argument("--minutes", type=float, default=None, help="stop after this long")
     ap.add_argument("--seed", type=int, default=1)
@@ -67,6 +116,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    if args.target == "docs":
+        run_docs(args, load)
+        return
     with tempfile.TemporaryDirectory(prefix="kbpack-fuzz-seeds-") as tmp:
         seeds = pack_seeds(Path(tmp))
         with PackFuzzer(seeds, timeout_s=args.timeout, keep_dir=args.keep) as fuzzer:

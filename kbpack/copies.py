@@ -39,7 +39,7 @@ SHINGLE = 3  # words per shingle
 NUM_PERM = 64  # MinHash permutations: 256 bytes per chunk while building
 BANDS = 16  # LSH: 16 bands of 4 rows; a pair at Jaccard 0.7 is a candidate with p = 0.99
 ROWS = NUM_PERM // BANDS
-NEAR_THRESHOLD = 0.7  # estimated Jaccard of word 3-gram sets (chosen in bench/copies.py)
+NEAR_THRESHOLD = 0.6  # estimated Jaccard of word 3-gram sets (chosen with bench/copies.py)
 MIN_SHINGLES = 8  # shorter chunks are grouped only when identical: too few words to judge
 BUCKET_PEERS = 4  # each chunk is compared with at most this many earlier chunks per LSH bucket
 RULE = (

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from kbpack.bm25_top import TermList
+from kbpack.copies import NEAR_THRESHOLD, Fingerprint, WordHashes, fingerprint, similarity
 from kbpack.errors import UsageError
 from kbpack.lexical import length_norms, query_terms, term_scores
 from kbpack.pack import format as F
@@ -69,6 +70,7 @@ class SetSearcher(Searcher):
         self._in_memory = False  # postings read whole (from the second query on)
         self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._cached = 0  # postings held in _parts
+        self._word_hashes = WordHashes()  # cross-pack copies: fingerprints of results
 
     # -- where a set chunk lives ---------------------------------------------------------------
     def locate(self, chunk: int) -> tuple[int, int]:
@@ -190,6 +192,51 @@ class SetSearcher(Searcher):
     def chunk_content(self, chunk: int) -> str:
         i, local = self.locate(chunk)
         return self.members[i].chunk_content(local)
+
+    # -- copies: each pack's stored groups, and copies across packs found among the results ----
+    def copy_group(self, chunk: int) -> Any | None:
+        if not self.use_copies:
+            return None
+        i, local = self.locate(chunk)
+        group = self.members[i].copy_group(local)
+        return None if group is None else (i, group)
+
+    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+        if not self.use_copies:
+            return
+        i, local = self.locate(chunk)
+        self.members[i]._list_copies(local, res, f"{self.names[i]}: ")
+
+    def _near_copy_in(
+        self, chunk: int, res: Result, ids: list[int], shown: list[Result]
+    ) -> Result | None:
+        """A result of another pack whose chunk is a copy of this one by the rule each pack's
+        groups were made with (kbpack/copies.py): the same manual in two packs of a set is one
+        result. Only between packs that store groups (0.2.0 packs keep identical-words only)."""
+        i, _ = self.locate(chunk)
+        if not (self.use_copies and self.members[i].r.has_copies):
+            return None
+        mine = self._fingerprint(chunk)
+        if mine.key is None:
+            return None
+        for c, other in zip(ids, shown, strict=True):  # (a few results: no memo needed)
+            j, _ = self.locate(c)
+            if j == i or not self.members[j].r.has_copies:
+                continue
+            theirs = self._fingerprint(c)
+            near = (
+                mine.signature is not None
+                and theirs.signature is not None
+                and similarity(mine.signature, theirs.signature) >= NEAR_THRESHOLD
+            )
+            if mine.key == theirs.key or near:
+                return other
+        return None
+
+    def _fingerprint(self, chunk: int) -> Fingerprint:
+        """The fingerprint of set chunk ``chunk`` (its own words, whatever ``--context``)."""
+        i, local = self.locate(chunk)
+        return fingerprint(self.members[i].r.chunk_content(local), self._word_hashes)
 
     def _result(
         self,

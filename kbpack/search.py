@@ -51,6 +51,7 @@ RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may ope
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
 MODES = ("hybrid", "dense", "bm25")
+ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
 # the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
 # by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for
 SCAN_TOLERANCE = 1e-5
@@ -78,9 +79,12 @@ class Result:
     content: str
     pack: str | None = None  # the pack file, when several packs are searched as one
     rerank_score: float | None = None  # the cross-encoder's relevance, when --rerank ran
-    # locators of chunks with the same words (another copy of the document: HTML and PDF of one
-    # manual), collapsed into this result
+    # locators of the other copies of this passage (another copy of the document: HTML and PDF
+    # of one manual): the pack's stored group (/copies), or chunks of the same words
     also: list[str] = field(default_factory=list)
+    # those of ``also`` that ranked below this result and were folded into it (each would
+    # otherwise have taken a result slot of its own)
+    collapsed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -216,6 +220,9 @@ class Searcher:
         # False: score by chunk vectors alone even in a pack with pieces (bench/pieces.py's
         # paired comparison); set before the first query
         self.use_pieces = True
+        # False: ignore the pack's stored copy groups (/copies) and collapse identical words
+        # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
+        self.use_copies = True
         self._dense_cache: tuple[str, np.ndarray, np.ndarray] | None = None
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
@@ -305,6 +312,16 @@ class Searcher:
         """(dense score, chunk cosine) of every chunk, computed once per query string."""
         if self._dense_cache is None or self._dense_cache[0] != query:
             score, cos = self._scores(self._query_vector(query))
+            # a NaN or infinite component (a pack whose digests were rewritten to match: only
+            # verify's invariants would say so) must be one line, not a fusion ValueError
+            for element, values in ((F.VEC_DATA, cos), (F.PIECE_DATA, score)):
+                bad = np.flatnonzero(~np.isfinite(values))
+                if bad.size:
+                    raise DamagedDataError(
+                        self.r.where,
+                        element,
+                        f"the vectors of chunk {int(bad[0])} are not finite (NaN or infinity)",
+                    )
             self._dense_cache = (query, score, cos)
         return self._dense_cache[1], self._dense_cache[2]
 
@@ -463,8 +480,10 @@ class Searcher:
 
             top = DEFAULT_TOP if rerank_top is None else rerank_top
         results: list[Result] = []
-        returned: list[int] = []
-        seen: dict[tuple[str, ...], Result] = {}
+        # the chunk id of each result (res.chunk is a row of its own pack when searching a set)
+        ids: list[int] = []
+        by_words: dict[tuple[str, ...], Result] = {}  # identical words: one result
+        by_group: dict[Any, Result] = {}  # the pack's stored copy groups: one result
         for c, score in ordered:
             if len(results) >= max(k, top):
                 break
@@ -476,17 +495,26 @@ class Searcher:
             key = tuple(tokenize(res.content))
             if heading_only(key, res):
                 continue
-            first = seen.get(key)
-            if first is not None:  # the same words again: one result, the other places listed
+            group = self.copy_group(c)
+            first = by_words.get(key) or (by_group.get(group) if group is not None else None)
+            if first is None:
+                first = self._near_copy_in(c, res, ids, results)
+            if first is not None:  # a copy of a result above: one result, the place listed
                 where = f"{res.pack}: {res.locator}" if res.pack else res.locator
-                if res.locator != first.locator and where not in first.also:
-                    first.also.append(where)
+                if res.locator != first.locator or res.pack != first.pack:
+                    for listed in (first.collapsed, first.also):
+                        if where not in listed:
+                            listed.append(where)
                 continue
-            seen[key] = res
+            by_words[key] = res
+            if group is not None:
+                by_group[group] = res
             results.append(res)
-            returned.append(c)  # res.chunk is a row of its own pack when searching a set
+            ids.append(c)
+        for c, res in zip(ids, results, strict=True):
+            self._list_copies(c, res)
         if sims is not None:
-            self._check_dense(query, returned)
+            self._check_dense(query, ids)
         if top and results:
             results = self._rerank(query, results, top)
         results = results[:k]
@@ -503,6 +531,48 @@ class Searcher:
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
             suggestions=self.spelling(query),
         )
+
+    # -- copies of one passage (kbpack/copies.py, spec/FORMAT.md /copies) ----------------------
+    def copy_group(self, chunk: int) -> Any | None:
+        """The stored copy group of ``chunk`` (hashable), or None: no copy, or a pack without
+        ``/copies`` (kbpack 0.2.0), where only chunks of identical words are collapsed."""
+        groups = self.r.copy_groups() if self.use_copies else None
+        if groups is None or groups[chunk] < 0:
+            return None
+        return int(groups[chunk])
+
+    def copy_members(self, chunk: int) -> list[int]:
+        """The other chunks of ``chunk``'s stored group, ascending."""
+        groups = self.r.copy_groups() if self.use_copies else None
+        if groups is None or groups[chunk] < 0:
+            return []
+        return [int(x) for x in np.flatnonzero(groups == groups[chunk]) if x != chunk]
+
+    def chunk_locator(self, chunk: int) -> str:
+        """The citation of ``chunk`` (what ``Result.locator`` would say)."""
+        r = self.r
+        doc = int(r.column(F.CHUNK_DOCUMENT)[chunk])
+        start, end = int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
+        page = int(r.column(F.CHUNK_PAGE)[chunk]) or None
+        return locator(r.strings(F.DOC_NAME)[doc], start, end, page)
+
+    def _near_copy_in(
+        self, chunk: int, res: Result, ids: list[int], shown: list[Result]
+    ) -> Result | None:
+        """A result above that ``res`` (chunk ``chunk``) nearly copies where no stored group
+        can say so: in one pack the build-time groups decide (None); a pack set compares
+        results of different packs (``SetSearcher``)."""
+        return None
+
+    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+        """Add the stored group's other members to ``res.also`` (after those collapsed into
+        it, up to ``ALSO_MAX``): every place the passage is, whether it ranked or not."""
+        for other in self.copy_members(chunk):
+            if len(res.also) >= ALSO_MAX:
+                break
+            where = prefix + self.chunk_locator(other)
+            if where not in res.also and where != prefix + res.locator:
+                res.also.append(where)
 
     def spelling(self, query: str) -> list[Suggestion]:
         """ "Did you mean" for each plain query word no chunk holds (never applied to the query)."""

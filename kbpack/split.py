@@ -228,24 +228,32 @@ def _write_member(
 
 
 def _publish(parts: list[tuple[Path, list[int], int]], out: Path) -> list[dict[str, Any]]:
-    """Stamp the member count into each manifest, then rename the members into place."""
+    """Stamp the member count into each manifest, then rename the members into place. On any
+    failure the members not yet renamed are removed (a rename that fails halfway leaves a set
+    of new and old members, which verify reports as a foreign member)."""
     members = []
-    for tmp, _, _ in parts:
-        header = read_header(tmp)
-        manifest = header.manifest
-        manifest.extra["set"]["count"] = len(parts)
-        write_header(tmp, encode_header(manifest.to_json_bytes()))
-    interrupt.check()
-    with interrupt.uninterruptible():  # a signal here would leave a set of old and new members
-        for i, (tmp, rows, size) in enumerate(parts, 1):
-            final = member_path(out, i)
-            os.replace(tmp, final)
-            interrupt.published(final)
-            members.append({"path": str(final), "bytes": size, "documents": len(rows)})
-        with contextlib.suppress(OSError):
-            fd = os.open(out.parent, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
+    try:
+        for tmp, _, _ in parts:
+            header = read_header(tmp)
+            manifest = header.manifest
+            manifest.extra["set"]["count"] = len(parts)
+            write_header(tmp, encode_header(manifest.to_json_bytes()))
+        interrupt.check()
+        with interrupt.uninterruptible():  # a signal here would leave old and new members
+            for i, (tmp, rows, size) in enumerate(parts, 1):
+                final = member_path(out, i)
+                os.replace(tmp, final)
+                interrupt.published(final)
+                members.append({"path": str(final), "bytes": size, "documents": len(rows)})
+            with contextlib.suppress(OSError):
+                fd = os.open(out.parent, os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+    except BaseException:
+        for tmp, _, _ in parts:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        raise
     return members
 
 

@@ -67,9 +67,14 @@ def failed_doc(name: str, reason: str) -> Document:
 
 
 def write_pack(
-    out: Path, docs: Sequence[Document], dims: int | None = None, seed: int = 0
+    out: Path,
+    docs: Sequence[Document],
+    dims: int | None = None,
+    seed: int = 0,
+    copies: bool = True,
 ) -> CommitResult:
-    """Chunk by characters; with ``dims``, random unit vectors stamped with a made-up model."""
+    """Chunk by characters; with ``dims``, random unit vectors stamped with a made-up model;
+    ``copies=False`` writes no ``/copies``, as kbpack 0.2.0 did."""
     rng = np.random.default_rng(seed)
     model = None
     if dims:
@@ -84,7 +89,7 @@ def write_pack(
             "llama_cpp_version": "test",
         }
     postings = PostingsBuilder()
-    with PackWriter(out, model=model, dims=dims) as w:
+    with PackWriter(out, model=model, dims=dims, copies=copies) as w:
         for doc in docs:
             chunks = (
                 chunk_document(doc, None, ChunkConfig(window=None, max_chars=200)).chunks

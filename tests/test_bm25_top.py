@@ -185,3 +185,37 @@ def test_term_list_lookups_and_edges() -> None:
     assert top_k_exact([t], 0, 5)[0].tolist() == []
     # a mask that keeps nothing
     assert top_k_exact([t], 10, 5, np.zeros(10, bool))[0].tolist() == []
+
+
+GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
+
+
+@pytest.mark.parametrize("name", ["v1.kbpack", "v2.kbpack"])
+def test_a_packs_first_query_equals_its_baked_queries(name: str) -> None:
+    """A Searcher's first query reads its postings from HDF5 (one read per dataset for all the
+    query's terms); from the second on it uses the baked index: the same ids and scores."""
+    from kbpack.pack.read import PackReader
+    from kbpack.search import Searcher
+
+    queries = ["the cache", "zlib compression level", "cookie file format", "nothing-here", ""]
+    with PackReader(GOLDEN / name) as r:
+        first = [Searcher(r, None)._bm25(q, None) for q in queries]
+        baked = Searcher(r, None)
+        baked._bm25("warm", None)
+        for q, want in zip(queries, first, strict=True):
+            assert_same(baked._bm25(q, None), want)
+            assert baked._index is not None
+        assert any(len(ids) for ids, _ in first)
+
+
+def test_read_spans_returns_each_span_in_the_order_asked(tmp_path: Path) -> None:
+    from kbpack.pack.read import CheckedDataset
+
+    data = np.arange(50_000, dtype=np.int32) * 3
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f.create_dataset("d", data=data, chunks=(1024,), compression="gzip", fletcher32=True)
+    spans = [(40_000, 40_010), (5, 9), (7_000, 7_000), (0, 3), (10_000, 30_000)]
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        got = CheckedDataset(f["d"], "d.h5", "/d").read_spans(spans)
+        assert [g.tolist() for g in got] == [data[a:b].tolist() for a, b in spans]
+        assert CheckedDataset(f["d"], "d.h5", "/d").read_spans([]) == []

@@ -166,18 +166,36 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     }
     opened = kbpack.open(pack, **how) if len(packs) == 1 else kbpack.open_many(packs, **how)
     with opened as p:
-        _check_mode(p, kw["mode"])
-        _check_filters(p, kw)
-        if batch is not None:
-            return _batch(p, batch, kw)
-        resp = _search(p, " ".join(text), kw)
-        if kw["fmt"] == "prompt":
-            return _prompt(p, resp, kw)
-        if kw["as_json"]:
-            emit_json(resp.as_dict())
-        else:
-            click.echo(render(resp, full=kw["full"] or kw["context"] == "section"))
-        return Exit.OK if resp.answered else Exit.REFUSED
+        code = _answer(p, text, batch, kw)
+        if not kw["quiet"]:
+            _verify_hint(p)
+        return code
+
+
+def _answer(p: Any, text: tuple[str, ...], batch: Any, kw: dict[str, Any]) -> int:
+    _check_mode(p, kw["mode"])
+    _check_filters(p, kw)
+    if batch is not None:
+        return _batch(p, batch, kw)
+    resp = _search(p, " ".join(text), kw)
+    if kw["fmt"] == "prompt":
+        return _prompt(p, resp, kw)
+    if kw["as_json"]:
+        emit_json(resp.as_dict())
+    else:
+        click.echo(render(resp, full=kw["full"] or kw["context"] == "section"))
+    return Exit.OK if resp.answered else Exit.REFUSED
+
+
+def _verify_hint(p: Any) -> None:
+    """One stderr line, after the answer, for packs never verified on this machine (a stat and
+    a marker's stat per pack: kbpack/verified.py). Never on stdout, so --json stays pure."""
+    from kbpack.verified import hint, was_verified
+
+    readers = getattr(p, "readers", None) or [p.reader]
+    never = [r.path for r in readers if not was_verified(r.path, r.manifest.hdf5_sha256)]
+    if never:
+        click.echo(hint(never), err=True)
 
 
 def _check_mode(p: Any, mode: str) -> None:

@@ -38,9 +38,13 @@ def verify(
 
     Exit 0 when intact, 1 with findings, 2 on a usage error.
     """
+    from kbpack.verified import identity, remember_verified
     from kbpack.verify.pipeline import STEPS, verify_pack
 
+    before = identity(pack)  # the pack as it is now: a pass is remembered for this one only
     report = verify_pack(pack, key=key, require_signature=require_signature, quick=quick, deep=deep)
+    if report.intact and not quick:
+        remember_verified(pack, before)  # so that query stops suggesting verify
     if as_json:
         emit_json(report.as_dict())
         return 0 if report.intact else 1

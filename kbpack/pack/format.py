@@ -43,6 +43,7 @@ MODEL = "/model"
 BM25 = "/bm25"
 SEARCH = "/search"
 PIECES = "/pieces"
+COPIES = "/copies"
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -89,6 +90,10 @@ PIECE_FROM = "/pieces/from"
 PIECE_TO = "/pieces/to"
 PIECE_DATA = "/pieces/data"
 
+COPY_GROUP = "/copies/group"
+COPY_CHUNK = "/copies/chunk"
+COPY_EXACT = "/copies/exact"
+
 BM25_TERMS_BLOB = "/bm25/terms_blob"
 BM25_TERMS_OFFSETS = "/bm25/terms_offsets"
 BM25_INDPTR = "/bm25/indptr"
@@ -134,6 +139,8 @@ EMBEDDED_TEXT_RULE = (
     "whitespace collapsed, empty or repeated consecutive titles dropped, cut to 200 characters "
     "(spec/FORMAT.md 3.4)"
 )
+
+COPIES_RULE_ATTR = "rule"  # kbpack.copies.RULE: how the groups were found
 
 PIECE_RULE_ATTR = "piece_rule"
 PIECE_WEIGHT_ATTR = "weight"
@@ -269,6 +276,22 @@ ELEMENTS: tuple[Element, ...] = (
         ndim=2,
         optional=True,
     ),
+    Element(
+        COPIES,
+        "copies",
+        "groups of chunks whose normalised words are identical or nearly so (copies of one "
+        "passage); search shows one result per group",
+        optional=True,
+    ),
+    _ds(COPY_GROUP, "i4", "copies", "group of the member, 0, 1, ... ascending", optional=True),
+    _ds(COPY_CHUNK, "i4", "copies", "chunk row of the member, ascending in a group", optional=True),
+    _ds(
+        COPY_EXACT,
+        "i1",
+        "copies",
+        "1: normalised words equal those of the group's first chunk; 0: a near copy",
+        optional=True,
+    ),
 )
 
 ELEMENT_BY_PATH = {e.path: e for e in ELEMENTS}
@@ -288,5 +311,6 @@ COUNT_KEYS = (
     "postings",
     "model_bytes",
 )
-# Counts present only in packs that hold the element they count (/pieces: build --pieces).
-OPTIONAL_COUNT_KEYS = ("pieces",)
+# Counts present only in packs that hold the element they count (/pieces: build --pieces;
+# /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs).
+OPTIONAL_COUNT_KEYS = ("pieces", "copies")

@@ -2,7 +2,8 @@
 
 Opening a pack: (1) read the kbpack header from the user block and check the magic, the format
 version (a newer one is refused with "upgrade kbpack") and the exact file size -- before HDF5
-parses a byte; (2) open HDF5 read-only with file locking off (read-only media work); (3) check
+parses a byte; (1b) on the first open on this machine, let HDF5 parse it in a sandboxed child
+(``preflight.py``: a crash or a stall there refuses the pack in one line); (2) open HDF5 read-only with file locking off (read-only media work); (3) check
 the structure against the spec's allowlist (links, objects, dtypes, filters, storage, sizes)
 reading metadata only. Data is read lazily, column by column, when asked for. Every HDF5 error
 becomes a one-line ``PackError`` naming the file.
@@ -28,6 +29,7 @@ from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain, strings_digest
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
+from kbpack.pack.preflight import check_parses
 from kbpack.pack.structure import check_structure
 from kbpack.vector_scan import StoredRows
 
@@ -98,6 +100,32 @@ class CheckedDataset:
             raise DamagedDataError(self._where, self.element, "differs from the manifest's digest")
         return out
 
+    def read_spans(self, spans: list[tuple[int, int]]) -> list[np.ndarray]:
+        """Rows ``lo:hi`` of a 1-D dataset for each ``(lo, hi)`` of ``spans`` (disjoint), in one
+        HDF5 read: a query's postings are ~20 slices, and each h5py read costs ~50-200 us of
+        selection and call overhead before any chunk is decompressed."""
+        import h5py
+
+        order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+        sizes = [max(0, hi - lo) for lo, hi in spans]
+        out = np.empty(sum(sizes), dtype=self.dtype)
+        if len(out):
+            with hdf5_errors(self._where, self.element):
+                space = self._ds.id.get_space()
+                space.select_none()
+                for i in order:
+                    if sizes[i]:
+                        lo = spans[i][0]
+                        space.select_hyperslab((lo,), (sizes[i],), op=h5py.h5s.SELECT_OR)
+                self._ds.id.read(h5py.h5s.create_simple((len(out),)), space, out)
+        # HDF5 fills a selection in file order: the spans come back sorted by start
+        parts: list[np.ndarray] = [out[:0]] * len(spans)
+        at = 0
+        for i in order:
+            parts[i] = out[at : at + sizes[i]]
+            at += sizes[i]
+        return parts
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = np.asarray(self[()])
         return arr if dtype is None else arr.astype(dtype)
@@ -129,6 +157,8 @@ class PackReader:
             )
         import h5py
 
+        if check_structure_:  # HDF5 parses it in a sandboxed child first (preflight.py)
+            check_parses(self.path, self.header, actual)
         with hdf5_errors(self.where):
             self.h5 = h5py.File(self.path, "r", locking=False)
         self._cache: dict[str, Any] = {}
@@ -374,6 +404,28 @@ class PackReader:
     def piece_vectors(self) -> np.ndarray:
         """All piece vectors as float32 (searched in memory beside the chunk vectors)."""
         return self._float32(F.PIECE_DATA)
+
+    @property
+    def has_copies(self) -> bool:
+        """Whether the pack stores groups of copies (``/copies``; packs of kbpack 0.2.0 do not)."""
+        with hdf5_errors(self.where):
+            return F.COPY_CHUNK in self.h5
+
+    def copy_groups(self) -> np.ndarray | None:
+        """The copy group of every chunk row (int64, -1 for a chunk with no copy), or None in a
+        pack without ``/copies``."""
+        if not self.has_copies:
+            return None
+        key = "copy_groups"
+        if key not in self._cache:
+            n = len(self.column(F.CHUNK_DOCUMENT))
+            out = np.full(n, -1, dtype=np.int64)
+            chunk = self.column(F.COPY_CHUNK).astype(np.int64)
+            ok = (chunk >= 0) & (chunk < n)  # verify reports the rest; search must not crash
+            out[chunk[ok]] = self.column(F.COPY_GROUP)[ok]
+            self._cache[key] = out
+        arr: np.ndarray = self._cache[key]
+        return arr
 
     def chunk_content(self, chunk: int) -> str:
         doc = int(self.column(F.CHUNK_DOCUMENT)[chunk])

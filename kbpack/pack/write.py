@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from kbpack import __version__, interrupt
+from kbpack.copies import RULE as COPIES_RULE
+from kbpack.copies import CopyFinder, CopyGroups
 from kbpack.document import Document
 from kbpack.errors import KbpackError
 from kbpack.pack import format as F
@@ -119,9 +121,12 @@ class PackWriter:
         manifest_extra: Mapping[str, Any] | None = None,
         pieces: bool = False,
         intermediate: bool = False,
+        copies: bool = True,
     ) -> None:
         """``intermediate``: ``out`` is a hidden file its caller renames later (split's members),
-        so its commit is not reported as a published file after a late signal."""
+        so its commit is not reported as a published file after a late signal. ``copies``: find
+        copies of one passage among the chunks and store the groups (``/copies``); False writes
+        a pack as kbpack 0.2.0 did, without the element."""
         if (model is None) != (dims is None):
             raise ValueError(
                 "a model identity and dims come together (or neither: a BM25-only pack)"
@@ -140,6 +145,9 @@ class PackWriter:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
         self.intermediate = intermediate
+        # every chunk's fingerprint, grouped at commit (kbpack/copies.py); None: no /copies
+        self._copy_finder = CopyFinder() if copies else None
+        self._copy_groups: CopyGroups | None = None
         self.created = created or created_now()
         self.stale_removed = remove_stale_temp_files(self.out)  # left by killed writers
         self.tmp = temp_path_for(self.out)
@@ -270,6 +278,8 @@ class PackWriter:
         self._chunk["page"].extend([c.page or 0 for c in chunks])
         self._chunk["tokens"].extend([c.tokens for c in chunks])
         self._n_chunks += len(chunks)
+        if self._copy_finder is not None:
+            self._copy_finder.add(row, [doc.text[c.start : c.end] for c in chunks])
         if self._vec_f is not None and vectors is not None and len(chunks):
             self._n_vectors += len(chunks)
         first = self._n_chunks - len(chunks)
@@ -341,6 +351,8 @@ class PackWriter:
                 self._vec_f.close()
             if self._piece_f is not None:
                 self._piece_f.close()
+            if self._copy_finder is not None:  # here, not in the HDF5 child: errors surface
+                self._copy_groups = self._copy_finder.groups()
             free = free_bytes(self.out.parent)
             if free is not None and self._incompressible_bytes() > free:
                 spools = self._incompressible_bytes()  # the spools hold the same bytes
@@ -436,6 +448,9 @@ class PackWriter:
         }
         if self.pieces:
             counts["pieces"] = self._n_pieces
+        copies = self._copy_groups
+        if copies is not None:
+            counts["copies"] = int(copies.chunk.size)
         with (
             h5py.File(
                 self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")
@@ -461,6 +476,8 @@ class PackWriter:
                 if el.path in (F.VECTORS, F.MODEL) and not self.dims:
                     continue
                 if el.path == F.PIECES and not self.pieces:
+                    continue
+                if el.path == F.COPIES and copies is None:
                     continue
                 g = h.create_group(el.path)
                 attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
@@ -488,6 +505,8 @@ class PackWriter:
                             "stored_dtype": "float16",
                         }
                     )
+                elif el.path == F.COPIES:
+                    attrs[F.COPIES_RULE_ATTR] = COPIES_RULE
                 elif el.path == F.VECTORS:
                     attrs.update(
                         {"dims": self.dims, "normalisation": "l2", "stored_dtype": "float16"}
@@ -534,6 +553,10 @@ class PackWriter:
                 for key, col in self._piece.items():
                     put(f"{F.PIECES}/{key}", col.array())
                 self._write_rows(h, elements, F.PIECE_DATA, self._piece_spool, self._n_pieces)
+            if copies is not None:
+                put(F.COPY_GROUP, copies.group)
+                put(F.COPY_CHUNK, copies.chunk)
+                put(F.COPY_EXACT, copies.exact)
             # Write everything out while errors still raise: h5py swallows the errors of
             # writes that happen when a dataset is deallocated ("Exception ignored in
             # __dealloc__"), and its close after such a failure is where HDF5 crashed.

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from kbpack.errors import describe
 from kbpack.pack import format as F
+from kbpack.pack.global_heap import malformed_collections
 from kbpack.pack.manifest import Header
 from kbpack.pack.structure import Finding, check_structure
 from kbpack.verify.digests import ElementDigests
 from kbpack.verify.invariants.bm25 import Bm25Invariants
+from kbpack.verify.invariants.copies import CopyInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
 from kbpack.verify.invariants.text import Invariants
 from kbpack.verify.invariants.vectors import VectorInvariants
@@ -66,16 +69,23 @@ def examine(
 
     ex = Examiner(manifest, file_size, bm25_sample)
     out: dict[str, Any] = {"structure": [], "digests": [], "invariants": []}
-    try:
-        h = h5py.File(path, "r", locking=False)
-    except Exception as e:
-        out["structure"] = [
-            Finding("hdf5-unreadable", "/", f"HDF5 cannot open it: {describe(e)}").as_dict()
-        ]
-        out["stopped"] = "HDF5 cannot open the file"
+    heaps = malformed_collections(Path(path))  # HDF5 would loop on one of these (not crash)
+    if heaps:
+        more = f" (and {len(heaps) - 1} more)" if len(heaps) > 1 else ""
+        out["structure"] = [Finding("heap-malformed", "/", heaps[0] + more).as_dict()]
+        out["stopped"] = "HDF5 would stall reading its strings"
     else:
-        with h:
-            ex.run(h, quick, out)
+        h = None
+        try:
+            h = h5py.File(path, "r", locking=False)
+        except Exception as e:
+            out["structure"] = [
+                Finding("hdf5-unreadable", "/", f"HDF5 cannot open it: {describe(e)}").as_dict()
+            ]
+            out["stopped"] = "HDF5 cannot open the file"
+        if h is not None:
+            with h:
+                ex.run(h, quick, out)
     out["stats"] = ex.stats
     out["no_manifest"] = manifest is None
     out["compared"], out["mismatched"] = ex.compared, len(ex.mismatched_keys)
@@ -114,7 +124,9 @@ def merge(report: VerifyReport, result: dict[str, Any], quick: bool) -> None:
     )
 
 
-class Examiner(ElementDigests, Invariants, VectorInvariants, PieceInvariants, Bm25Invariants):
+class Examiner(
+    ElementDigests, Invariants, VectorInvariants, PieceInvariants, CopyInvariants, Bm25Invariants
+):
     """Steps 3-5 in order, each check turned into findings instead of exceptions."""
 
     def run(self, h: Any, quick: bool, out: dict[str, Any]) -> None:
@@ -177,7 +189,9 @@ class Examiner(ElementDigests, Invariants, VectorInvariants, PieceInvariants, Bm
 
     def late_invariants(self, h: Any) -> None:
         """Checks that need the vector pass finished."""
-        self._run_checks(self._check_vectors, self._check_pieces, self._check_counts)
+        self._run_checks(
+            self._check_vectors, self._check_pieces, self._check_copies, self._check_counts
+        )
 
     def _run_checks(self, *checks: Callable[[], None]) -> None:
         for check in checks:

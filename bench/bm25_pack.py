@@ -1,0 +1,172 @@
+"""BM25 on a pack: kbpack's three query paths against bm25s on the same chunks, in one run.
+
+For each synthetic pack (bench/synth.py, built when missing), bm25s (method "lucene", k1 1.2,
+b 0.75, the same tokens: kbpack's tokenizer over every chunk's content) indexes the chunks, and
+the evaluation questions (fixtures/eval/questions.jsonl) are timed, top 100 (kbpack's candidate
+depth), interleaved query by query with the order alternating:
+
+* ``baked``: ``Searcher._bm25`` from a Searcher's third query on -- every posting's score baked
+  once (``BM25Index``), each query one scatter-add per term and one partition;
+* ``first``: a fresh Searcher on the open pack -- the query's postings read from HDF5 (their
+  chunks decompressed and checksummed), the small columns (vocabulary, indptr, lengths) already
+  read by the reader: the BM25 work of a process's first query;
+* ``cold``: a new ``PackReader`` and Searcher per query -- what ``kbpack query --mode bm25``
+  pays after its imports: header and manifest, the vocabulary, indptr and lengths read and
+  digest-checked, then the postings;
+* ``bm25s``: ``BM25.retrieve(k=100)``; like kbpack it starts from the user's text (tokenizing
+  the query is timed for both).
+
+Printed: medians (ms) and each path's ratio to bm25s, the agreement of the top 10 with bm25s
+(share of bm25s's top 10 that kbpack ranks in its top 10 or ties with its 10th score: bm25s
+scores in float32, so near-ties may order differently), and whether the three kbpack paths
+returned the same ids and scores bit for bit (they must).
+
+    python bench/bm25_pack.py                         # out/bench/synth-10000 and -100000
+    python bench/bm25_pack.py --sizes 100000 --queries 40 --repeat 3 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from dense import questions, synthetic_pack  # noqa: E402
+
+from kbpack.lexical import tokenize  # noqa: E402
+from kbpack.pack.read import PackReader  # noqa: E402
+from kbpack.search import CANDIDATES, Searcher  # noqa: E402
+
+K = 10
+
+
+def agreement(ours: tuple[np.ndarray, np.ndarray], theirs: list[int]) -> float | None:
+    """Share of bm25s's top 10 in kbpack's top 10 or tied (1e-6) with kbpack's 10th score."""
+    ids, scores = ours
+    if len(ids) == 0 or not theirs:
+        return None
+    score = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+    floor = float(scores[min(K, len(scores)) - 1]) * (1 - 1e-6)
+    top = theirs[:K]
+    return sum(score.get(c, 0.0) >= floor for c in top) / len(top)
+
+
+def measure(path: Path, texts: list[str], repeat: int) -> dict[str, Any]:
+    import bm25s
+
+    reader = PackReader(path)
+    n = reader.counts["chunks"]
+    t = time.perf_counter()
+    retriever = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+    retriever.index([tokenize(reader.chunk_content(i)) for i in range(n)], show_progress=False)
+    index_s = time.perf_counter() - t
+    vocab = retriever.vocab_dict
+    k = min(CANDIDATES, n)
+
+    baked = Searcher(reader, None)
+    baked._bm25("warm", None)
+    baked._bm25("up", None)  # the second query bakes
+
+    def first(q: str) -> Any:
+        return Searcher(reader, None)._bm25(q, None)
+
+    def cold(q: str) -> Any:
+        with PackReader(path) as r:
+            return Searcher(r, None)._bm25(q, None)
+
+    def theirs(q: str) -> list[int]:
+        known = [w for w in dict.fromkeys(tokenize(q)) if w in vocab]
+        if not known:
+            return []
+        docs, scores = retriever.retrieve([known], k=k, show_progress=False, n_threads=0)
+        return [int(d) for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+
+    paths: dict[str, Callable[[str], Any]] = {
+        "baked": lambda q: baked._bm25(q, None),
+        "first": first,
+        "cold": cold,
+        "bm25s": theirs,
+    }
+    same, agree = True, []
+    for q in texts:
+        a, b, c = paths["baked"](q), first(q), cold(q)
+        same &= all(
+            x[0].tolist() == a[0].tolist() and x[1].tolist() == a[1].tolist() for x in (b, c)
+        )
+        share = agreement(a, theirs(q))
+        if share is not None:
+            agree.append(share)
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    names = list(paths)
+    for rep in range(repeat):
+        for i, q in enumerate(texts):
+            shift = (i + rep) % len(names)
+            order = names[shift:] + names[:shift]
+            for name in order[:: 1 if (i + rep) % 2 == 0 else -1]:
+                t = time.perf_counter()
+                paths[name](q)
+                times[name].append(time.perf_counter() - t)
+    reader.close()
+    med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+    return {
+        "chunks": n,
+        "postings": int(reader.counts.get("postings", 0)),
+        "bm25s_index_s_incl_tokenize": round(index_s, 2),
+        "median_ms": {name: round(v, 3) for name, v in med.items()},
+        "ratio_to_bm25s": {
+            name: round(med[name] / med["bm25s"], 3) for name in ("baked", "first", "cold")
+        },
+        "top10_agreement_with_bm25s": round(statistics.mean(agree), 4) if agree else None,
+        "kbpack_paths_identical": same,
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--pack", type=Path, action="append", help="a pack (instead of --sizes)")
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    texts = questions(args.queries)
+    packs = args.pack or [synthetic_pack(n) for n in args.sizes]
+    rows = [measure(p, texts, args.repeat) | {"pack": str(p)} for p in packs]
+    report = {"queries": len(texts), "repeat": args.repeat, "top": CANDIDATES, "rows": rows}
+    print(json.dumps(report, indent=1) if args.json else render(report))
+    return 0
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"{report['queries']} questions x {report['repeat']}, top {report['top']}, "
+        "median ms (ratio to bm25s)"
+    ]
+    head = f"{'chunks':>9} {'baked':>16} {'first':>16} {'cold':>16} {'bm25s':>8} {'top-10':>7} same"
+    lines.append(head)
+    for r in report["rows"]:
+        m, x = r["median_ms"], r["ratio_to_bm25s"]
+        cells = [f"{m[p]:8.2f} ({x[p]:5.2f})" for p in ("baked", "first", "cold")]
+        lines.append(
+            f"{r['chunks']:>9,} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {m['bm25s']:8.2f} "
+            f"{r['top10_agreement_with_bm25s']!s:>7} {r['kbpack_paths_identical']} "
+            f"(load {r['load_average']})"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

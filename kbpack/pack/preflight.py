@@ -1,0 +1,125 @@
+"""The first open of a pack on this machine: HDF5 parses it in a sandboxed child first.
+
+HDF5 is a C library, and a damaged or crafted file can crash it (a few flipped bits in an
+object header segfaulted an attribute read, found by bench/fuzz.py) or stall it (a malformed
+global heap collection: ``global_heap.py``). ``verify`` parses in a child for that reason; the
+reader behind query, inspect, export and the rest parses in-process, for speed. So before a pack
+is opened in-process for the first time, a forked child (``verify``'s sandbox: time and memory
+limits, no right to write) checks the global heap collections, then does with HDF5 what the
+reader will do outside the protection of checksums: opens the file, checks the structure
+allowlist, reads every attribute and every string column, and walks every chunk index. If the
+child crashes, stalls or finds a malformed heap, the pack is refused in one line; if it
+survives, the pack is remembered (path, size, mtime, inode and the manifest's digest, in the
+user cache) and later opens skip the check. A cache that cannot be written costs only the
+repeated check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kbpack.errors import PackError
+from kbpack.pack import format as F
+from kbpack.pack.manifest import Header
+
+MEMO_FOLDER = "parsed-packs"
+BASE_TIMEOUT_S = 60.0
+BYTES_PER_S = 20e6  # a slow USB stick: the child reads every string and every chunk index
+
+
+def memo_key(path: Path, header: Header) -> str:
+    st = os.stat(path)
+    ident = [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino]
+    ident.append(hashlib.sha256(header.manifest_bytes).hexdigest())
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()
+
+
+def _memo(key: str) -> Path:
+    from kbpack.model.cache import cache_dir
+
+    return cache_dir() / MEMO_FOLDER / key[:2] / key
+
+
+def parse_in_child(
+    path: str, file_size: int, format_version: int, counts: dict[str, int]
+) -> dict[str, Any]:
+    """In the sandboxed child: what the reader's HDF5 calls will meet. ``heap``: a malformed
+    global heap collection, in words; ``clean``: every step ran without an exception (one that
+    raised is left to the reader, whose message names the element; the steps after it still
+    run here). A crash or a stall is seen by the parent."""
+    import h5py
+
+    from kbpack.pack.global_heap import malformed_collections
+    from kbpack.pack.structure import check_structure
+
+    heaps = malformed_collections(Path(path))
+    if heaps:
+        more = f" (and {len(heaps) - 1} more)" if len(heaps) > 1 else ""
+        return {"heap": heaps[0] + more, "clean": False}
+    clean = True
+
+    def step(fn: Any, *args: Any) -> Any:
+        nonlocal clean
+        try:
+            return fn(*args)
+        except Exception:
+            clean = False
+            return None
+
+    try:
+        h = h5py.File(path, "r", locking=False)
+    except Exception:
+        return {"heap": "", "clean": False}
+    with h:
+        if step(check_structure, h, counts, file_size, format_version) != []:
+            return {"heap": "", "clean": False}  # the reader refuses it with its own message
+        step(lambda: dict(h.attrs.items()))
+        for el in F.ELEMENTS:
+            obj = step(lambda p=el.path: h.get(p))
+            if obj is None:
+                continue
+            step(lambda o=obj: dict(o.attrs.items()))
+            if not el.dtype:
+                continue
+            if obj.dtype.kind == "O":
+                step(lambda o=obj: o[()])  # vlen strings: the global heap, no checksum there
+            elif obj.chunks is not None:
+                step(lambda o=obj: o.id.chunk_iter(lambda info: None))  # the chunk B-tree
+    return {"heap": "", "clean": clean}
+
+
+def check_parses(path: Path, header: Header, file_size: int) -> None:
+    """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
+    docstring); return at once for a pack already checked on this machine."""
+    from kbpack.verify.sandbox import Limits, SandboxFailure, run_isolated
+
+    try:
+        key = memo_key(path, header)
+    except OSError:
+        key = ""
+    if key and _memo(key).exists():
+        return
+    m = header.manifest
+    limits = Limits(timeout_s=BASE_TIMEOUT_S + file_size / BYTES_PER_S)
+    args: tuple[Any, ...] = (str(path), file_size, m.format_version, m.counts)
+    try:
+        result = run_isolated(parse_in_child, args, limits)
+    except SandboxFailure as e:
+        raise PackError(
+            f"{path}: refused: {e.detail}: the pack is damaged or hostile; run kbpack verify "
+            f"{path}, then copy the pack again"
+        ) from e
+    if result["heap"]:
+        raise PackError(
+            f"{path}: damaged: {result['heap']}; run kbpack verify {path}, then copy the pack again"
+        )
+    if key and result["clean"]:
+        with contextlib.suppress(OSError):
+            memo = _memo(key)
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            memo.touch()

@@ -1,0 +1,145 @@
+"""Regression tests for what bench/fuzz.py found, each on a fixed input.
+
+1. A zeroed sector at the tail of an HDF5 global heap collection (a free-space object of size
+   0) made HDF5 2.0.0 loop forever on the first string read: inspect, export and query hung,
+   verify stopped only at its 600 s sandbox limit. Now every command refuses it in one line.
+2. A few flipped bits in HDF5 metadata segfaulted an attribute read inside inspect. The first
+   open of a pack now lets HDF5 parse it in a sandboxed child (kbpack/pack/preflight.py).
+3. A NaN in a vector of a pack whose digests were rewritten to match made hybrid query die with
+   "internal error: ValueError: every candidate needs a finite cosine similarity".
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbpack.pack import format as F
+from kbpack.pack.global_heap import SIGNATURE, collection_problem, malformed_collections
+from kbpack.pack.preflight import MEMO_FOLDER
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "fixtures" / "golden" / "v2.kbpack"
+
+
+def stall_heap(pack: Path) -> int:
+    """Set the size of the first free-space object of a global heap collection to 0 (what a
+    zeroed sector there does); returns the collection's offset."""
+    data = bytearray(pack.read_bytes())
+    at = data.find(SIGNATURE, F.USERBLOCK_SIZE)
+    while at >= 0:
+        size = int.from_bytes(data[at + 8 : at + 16], "little")
+        p = at + 16
+        while p + 16 <= at + size:
+            index = int.from_bytes(data[p : p + 2], "little")
+            obj = int.from_bytes(data[p + 8 : p + 16], "little")
+            if index == 0:
+                data[p + 8 : p + 16] = bytes(8)
+                pack.write_bytes(data)
+                return at
+            p += 16 + (obj + 7) // 8 * 8
+        at = data.find(SIGNATURE, at + 1)
+    raise AssertionError("no global heap collection with free space")
+
+
+def kbpack(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {"KBPACK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "kbpack", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang fails the test instead of blocking the suite
+        env=env,
+    )
+
+
+def collection(*objects: tuple[int, int], size: int = 4096) -> bytes:
+    """A global heap collection of ``size`` bytes holding ``objects`` (index, object size)."""
+    out = bytearray(SIGNATURE + size.to_bytes(8, "little"))
+    for index, n in objects:
+        out += index.to_bytes(2, "little") + bytes(6) + n.to_bytes(8, "little")
+        if index:
+            out += bytes(min((n + 7) // 8 * 8, size))
+    return bytes(out.ljust(size, b"\0"))
+
+
+def test_collection_walk_refuses_what_would_stall_or_overrun_hdf5() -> None:
+    free = 4096 - 16 - (16 + 8)
+    assert collection_problem(collection((1, 5), (0, free)), 0) is None
+    assert collection_problem(collection((1, 4096 - 32)), 0) is None  # full: no free object
+    assert "has size 0" in str(collection_problem(collection((1, 5), (0, 0)), 0))
+    assert "runs past" in str(collection_problem(collection((1, 2**40)), 0))
+    assert "twice" in str(collection_problem(collection((1, 5), (1, 5), (0, free - 24)), 0))
+    assert "past the end of the file" in str(collection_problem(collection((1, 5))[:100], 0))
+
+
+def test_a_stalled_heap_is_refused_in_one_line_by_every_command(tmp_path: Path) -> None:
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "stalled.kbpack"))
+    at = stall_heap(pack)
+    assert malformed_collections(pack) and str(at) in malformed_collections(pack)[0]
+    cache = tmp_path / "cache"
+    for args in (
+        ["inspect", str(pack)],
+        ["export", str(pack), "--what", "sections"],
+        ["query", str(pack), "--mode", "bm25", "--", "pypdf"],
+    ):
+        r = kbpack(*args, cache=cache)
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and "global heap collection at byte" in r.stderr
+    r = kbpack("verify", str(pack), cache=cache)
+    assert r.returncode == 1 and "heap-malformed" in r.stdout
+
+
+def test_the_first_open_check_is_remembered_per_file_state(tmp_path: Path) -> None:
+    from kbpack.errors import PackError
+    from kbpack.pack.read import PackReader
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    PackReader(pack).close()
+    memos = list((tmp_path / "cache" / MEMO_FOLDER).rglob("*"))
+    assert [m for m in memos if m.is_file()], "an intact pack is remembered"
+    stall_heap(pack)  # same path and size: the file's mtime and the check change
+    with pytest.raises(PackError, match="global heap collection"):
+        PackReader(pack)
+
+
+def test_a_non_finite_vector_is_one_line_naming_the_element(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    import h5py
+    import numpy as np
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.pack.storage import create_dataset
+
+    src = tmp_path / "docs"
+    src.mkdir()
+    (src / "a.md").write_text("# Pumps\n\nThe seal of pump P-101 is checked every 500 hours.\n")
+    pack = tmp_path / "p.kbpack"
+    cache = tmp_path / "cache"
+    model = ["--model", str(tiny_model)]
+    r = kbpack("build", str(src), "-o", str(pack), *model, "--no-pieces", "-q", cache=cache)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(pack, "r+") as h:
+        vectors = h[F.VEC_DATA][()]
+        vectors[0, 3] = np.nan
+        attrs = dict(h[F.VEC_DATA].attrs.items())
+        del h[F.VEC_DATA]
+        ds = create_dataset(h, F.VEC_DATA, data=vectors)
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    r = kbpack("query", str(pack), *model, "--", "pump seal", cache=cache)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert f"{F.VEC_DATA} is damaged (the vectors of chunk 0 are not finite" in r.stderr
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))

@@ -1,0 +1,97 @@
+"""`query` on a pack never verified on this machine suggests `kbpack verify`, once per run, on
+stderr only; a pass of `verify` is remembered in the user cache, keyed by the pack's path,
+size, mtime and manifest digest; an unwritable cache never fails a command."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+from kbpack.verified import identity
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "fixtures" / "docs" / "pypdf" / "README.md"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(folder))
+    yield folder
+
+
+@pytest.fixture
+def pack(tmp_path: Path) -> Path:
+    out = tmp_path / "p.kbpack"
+    code, _, err = run("build", str(DOC), "-o", str(out), "--no-vectors", "-q")
+    assert code == 0, err
+    return out
+
+
+def hint_line(pack: Path) -> str:
+    return (
+        f"note: {pack} has not been verified on this machine; run kbpack verify {pack} "
+        "(a pass is remembered)"
+    )
+
+
+def test_query_hints_until_verify_passes(pack: Path, cache: Path) -> None:
+    code, out, err = run("query", str(pack), "pypdf", "--mode", "bm25")
+    assert code == 0 and err.splitlines() == [hint_line(pack)]
+    assert "pypdf" in out.lower()  # the answer itself is unchanged
+    code, _, err = run("verify", str(pack))
+    assert code == 0, err
+    assert len(list((cache / "verified").iterdir())) == 1  # one marker, named by the key
+    code, _, err = run("query", str(pack), "pypdf", "--mode", "bm25")
+    assert code == 0 and err == ""
+
+
+def test_json_stdout_stays_pure_and_quiet_silences_the_hint(pack: Path, cache: Path) -> None:
+    code, out, err = run("query", str(pack), "pypdf", "--mode", "bm25", "--json")
+    assert code == 0 and err.splitlines() == [hint_line(pack)]
+    json.loads(out)  # stdout is one JSON document, the hint is not in it
+    code, _, err = run("query", str(pack), "pypdf", "--mode", "bm25", "-q")
+    assert code == 0 and err == ""
+
+
+def test_a_changed_pack_is_not_verified_any_more(pack: Path, cache: Path) -> None:
+    assert run("verify", str(pack))[0] == 0
+    st = pack.stat()
+    os.utime(pack, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # touched (or replaced)
+    code, _, err = run("query", str(pack), "pypdf", "--mode", "bm25")
+    assert code == 0 and err.splitlines() == [hint_line(pack)]
+
+
+def test_a_failed_verify_is_not_remembered(pack: Path, cache: Path) -> None:
+    data = bytearray(pack.read_bytes())
+    data[-100] ^= 0x01  # one bit of the HDF5 bytes: the SHA-256 check fails
+    pack.write_bytes(bytes(data))
+    assert run("verify", str(pack))[0] == 1
+    assert not (cache / "verified").exists() or not any((cache / "verified").iterdir())
+
+
+def test_an_unwritable_cache_fails_nothing(
+    pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(blocker))
+    code, _, err = run("verify", str(pack))
+    assert code == 0, err
+    code, _, err = run("query", str(pack), "pypdf", "--mode", "bm25")
+    assert code == 0 and err.splitlines() == [hint_line(pack)]  # not remembered, not an error
+
+
+def test_the_key_is_path_size_mtime_and_digest(pack: Path, tmp_path: Path) -> None:
+    key = identity(pack)
+    assert key is not None and identity(pack) == key
+    copy = tmp_path / "copy.kbpack"
+    copy.write_bytes(pack.read_bytes())
+    os.utime(copy, ns=(pack.stat().st_atime_ns, pack.stat().st_mtime_ns))
+    assert identity(copy) != key  # same bytes and mtime, another path
+    assert identity(tmp_path / "missing.kbpack") is None
