@@ -8,7 +8,9 @@ Timed interleaved, ``--repeat`` times each, medians:
 * the floors: ``python -c pass``, ``python -c "import kbpack.cli"``, and a bare script that
   does only what any llama.cpp + h5py tool must: import llama_cpp, load the same GGUF with the
   same context and threads, embed the query, read the float16 vectors with h5py and take the
-  top 5 of a float32 matmul. Ratio kbpack / bare floor.
+  top 5 of a float32 matmul. It sets ``OMP_WAIT_POLICY=PASSIVE`` as kbpack does: without it a
+  single embed from the main thread spins for seconds on a busy machine (bench/embed_thread.py),
+  and the "floor" took 3.9 s against kbpack's 2.0 s. Ratio kbpack / bare floor.
 
 Pack open: ``PackReader(path)`` (header, size check, structure allowlist; no data read) in
 this process and in a fresh one, for the fixtures pack and every synthetic pack in
@@ -42,6 +44,7 @@ QUERY = "How do I add a table to a document?"
 
 _BARE = """
 import sys, os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as kbpack sets it (bench/embed_thread.py)
 import numpy as np, h5py, llama_cpp
 from kbpack.embed import default_model_path
 path, query = sys.argv[1], sys.argv[2]
@@ -65,7 +68,17 @@ def process_time(cmd: list[str]) -> float:
     return wall
 
 
+def compile_bytecode() -> None:
+    """Write kbpack's ``.pyc`` files first, as ``pip install`` does: with PYTHONDONTWRITEBYTECODE
+    set (as on this machine) an editable install never gets them, and every cold query then
+    compiled ~19 kbpack modules from source -- a cost no installed kbpack pays."""
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "kbpack"), quiet=1)
+
+
 def cold(pack: Path, repeat: int) -> dict[str, Any]:
+    compile_bytecode()
     kbpack = str(Path(sys.executable).with_name("kbpack"))
     commands = {
         "python_pass": [sys.executable, "-c", "pass"],

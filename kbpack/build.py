@@ -226,10 +226,7 @@ def build_from(
             ]
             fresh = np.zeros((0, embedder.dims if embedder else 0), np.float32)
             if embedder and texts:
-                progress.embedding(
-                    len(texts), sum(c.tokens for p in pending if p.embedded for c in p.chunks)
-                )
-                fresh, done = _embed(embedder, texts, known_vectors)
+                fresh, done = _embed(embedder, texts, known_vectors, progress)
                 n_chunk_texts = sum(len(p.embedded) for p in pending)
                 n_embedded += sum(1 for i in done if i < n_chunk_texts)
                 n_pieces_embedded += sum(1 for i in done if i >= n_chunk_texts)
@@ -340,22 +337,23 @@ class _Pending:
 
 
 def _embed(
-    embedder: Any, texts: list[str], known: KnownVectors | None
+    embedder: Any, texts: list[str], known: KnownVectors | None, progress: Progress
 ) -> tuple[np.ndarray, list[int]]:
     """Vectors of ``texts`` -- those ``known`` already has, the rest embedded in one call --
-    and the indices of the texts that were embedded."""
-    if known is None:
-        return np.asarray(embedder.embed_documents(texts)), list(range(len(texts)))
+    and the indices of the texts that were embedded. ``progress`` hears of the call first,
+    with every token the model will read (chunk and piece texts alike: the ETA's unit)."""
     out = np.zeros((len(texts), embedder.dims), np.float32)
     missing = []
     for i, text in enumerate(texts):
-        v = known(text)
+        v = known(text) if known is not None else None
         if v is None:
             missing.append(i)
         else:
             out[i] = v
     if missing:
-        out[missing] = embedder.embed_documents([texts[i] for i in missing])
+        tokens = embedder.prepare(embedder.document_texts([texts[i] for i in missing]))
+        progress.embedding(len(missing), sum(map(len, tokens)))
+        out[missing] = embedder.embed_tokens(tokens)
     return out, missing
 
 

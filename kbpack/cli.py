@@ -77,7 +77,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Measure retrieval: recall@k, MRR, destroyed answers.",
     ),
     "calibrate": (
-        "kbpack.commands.evaluate",
+        "kbpack.commands.calibrate",
         "calibrate",
         "Choose the refusal threshold from data.",
     ),

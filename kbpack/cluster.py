@@ -41,6 +41,12 @@ from kbpack.shards import in_shard
 
 BATCH_DOCS = 8  # documents per task: enough chunks to batch embedding, small enough to retry
 ALLOWED_FAILURES = 1  # a task may kill one worker and be retried; the second death fails it
+# How often a wait for a result looks at the workers. A nanny does not restart a worker that
+# dies while it is starting (distributed's Nanny: an exit seen before it reports "running" is
+# not restarted), which a document that kills workers makes likely on a loaded machine; a
+# local cluster left with fewer workers than asked for is scaled back up instead of waited on
+# forever.
+WORKER_CHECK_S = 5.0
 
 # Test hooks (tests/test_cluster.py): a worker processing a document of these names exits at
 # once, as a segfault or the OOM killer would end it. ``..._ONCE`` kills only the first time
@@ -162,9 +168,16 @@ class _Results:
     """Documents in discovery order, fetched from the cluster, with their chunks and vectors."""
 
     def __init__(
-        self, client: Any, batches: list[list[Candidate]], opts: BuildOptions, workers: int
+        self,
+        client: Any,
+        batches: list[list[Candidate]],
+        opts: BuildOptions,
+        workers: int,
+        local: Any | None = None,
     ):
         self.client = client
+        self.local = local  # the LocalCluster to scale back up, None for a remote scheduler
+        self.workers = workers
         self.batches = batches
         self.opts = opts
         self.window = max(2, 2 * workers)
@@ -200,7 +213,7 @@ class _Results:
         from distributed import KilledWorker
 
         try:
-            return list(future.result())
+            return list(self._result(future))
         except KilledWorker:
             if not alone:
                 out: list[Processed] = []
@@ -215,6 +228,17 @@ class _Results:
                 "crash",
             )
             return [Processed(doc, [], None, [], 0, 0)]
+
+    def _result(self, future: Any) -> Any:
+        """``future.result()``, with a local cluster that lost workers for good scaled back to
+        its size (see WORKER_CHECK_S); a remote cluster is waited on, as its operator decides."""
+        while True:
+            try:
+                return future.result(timeout=WORKER_CHECK_S)
+            except TimeoutError:
+                live = len(self.client.scheduler_info().get("workers", {}))
+                if self.local is not None and live < self.workers:
+                    self.local.scale(self.workers)  # new nannies for the ones that gave up
 
     def documents(self, records: Sequence[Document]) -> Iterator[Document]:
         yield from records
@@ -282,7 +306,7 @@ def cluster_build(
         try:
             with Client(cluster if cluster is not None else scheduler) as client:
                 n = workers or max(1, len(client.scheduler_info().get("workers", {})))
-                results = _Results(client, batches, opts, n)
+                results = _Results(client, batches, opts, n, cluster)
                 # the client embeds nothing: one thread for the model build_from loads to
                 # stamp the pack's identity and count tokens
                 report = build_from(

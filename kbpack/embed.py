@@ -144,6 +144,12 @@ class Embedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 (len(texts), dims), L2-normalised, in input order."""
+        return self.embed_tokens(self.prepare(texts))
+
+    def prepare(self, texts: Sequence[str]) -> list[list[int]]:
+        """The tokens ``embed`` gives the model for each text: cut to the window (counted in
+        ``truncated``), never empty. A caller that wants the token count of a batch before
+        the (long) model call prepares it first, then calls ``embed_tokens``."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of strings; wrap a single text in a list")
         tokenized = []
@@ -153,8 +159,12 @@ class Embedder:
                 self.truncated += 1
                 tokens = self.fit(tokens)
             tokenized.append(tokens or self._empty_input())
-        out = self._pooled(tokenized)
-        if not texts:
+        return tokenized
+
+    def embed_tokens(self, tokenized: Sequence[list[int]]) -> np.ndarray:
+        """``embed`` of texts already through ``prepare``: float32 unit vectors, input order."""
+        out = self._pooled(list(tokenized))
+        if not tokenized:
             return out
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         if not np.all(np.isfinite(norms)) or np.any(norms == 0):
@@ -187,7 +197,11 @@ class Embedder:
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """``embed`` of each text behind the document prefix."""
-        return self.embed([self.prefixes.document + t for t in texts])
+        return self.embed(self.document_texts(texts))
+
+    def document_texts(self, texts: Sequence[str]) -> list[str]:
+        """``texts`` as ``embed_documents`` gives them to ``embed``: behind the prefix."""
+        return [self.prefixes.document + t for t in texts]
 
     def embed_query(self, query: str) -> np.ndarray:
         """float32 (dims,) unit vector of ``query`` behind the query prefix."""

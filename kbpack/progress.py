@@ -97,8 +97,8 @@ class Progress:
 
     def building(self, documents: int, total: int, source_bytes: int, chunks: int) -> None:
         """A build's line: documents read (with ``source_bytes`` more read now), chunks
-        written, tokens embedded, and the ETA. Called between embedding batches, so the batch
-        announced by :meth:`embedding` is done."""
+        written, tokens embedded (chunk and piece texts), and the ETA. Called between
+        embedding batches, so the batch announced by :meth:`embedding` is done."""
         if not self.enabled:
             return
         self._bytes_done += source_bytes
@@ -114,8 +114,9 @@ class Progress:
             eta_s=self._eta(),
         )
 
-    def embedding(self, chunks: int, tokens: int) -> None:
-        """An embedding batch of ``chunks`` (``tokens`` tokens) starts: say so, it may be long."""
+    def embedding(self, texts: int, tokens: int) -> None:
+        """An embedding batch of ``texts`` (chunks and sentence pieces: ``tokens`` tokens, all
+        the model reads) starts: say so, it may be long."""
         if not self.enabled:
             return
         self._tokens_in_flight = tokens
@@ -125,7 +126,7 @@ class Progress:
             done,
             total,
             unit="documents",
-            detail=f"embedding {chunks} chunks ({tokens} tokens)",
+            detail=f"embedding {texts} texts ({tokens} tokens)",
             eta_s=self._eta(),
             force=True,
         )

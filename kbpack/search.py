@@ -44,6 +44,7 @@ from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.stopwords import ENGLISH, ITALIAN, STOPWORDS
 from kbpack.typos import Suggestion, best_suggestions, checkable, near_terms
+from kbpack.vector_scan import sorted_unique
 
 RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
@@ -446,7 +447,7 @@ class Searcher:
         ordered: list[tuple[int, float]]
         if mode_used == "hybrid":
             assert sims is not None
-            candidates = np.union1d(de_ids, bm_ids)
+            candidates = sorted_unique(np.concatenate((de_ids, bm_ids)))
             # BM25 of every candidate, not only of the BM25 top 100 (0 = no shared term)
             lexical = scores_at(bm_terms, candidates)
             fused_ids, fused = convex(candidates, sims[candidates], lexical)

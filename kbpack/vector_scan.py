@@ -82,7 +82,10 @@ def simsimd_kernel(q: np.ndarray) -> Kernel | None:
     parts = split_query(q)
 
     def kernel(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        simsimd.cdist(rows, parts, metric="dot", out=out)
+        # not cdist(..., out=out): simsimd 6.5 then returns None without a reference to it,
+        # and each call takes one from None's count until the interpreter aborts
+        # ("none_dealloc"); tests/test_vector_scan.py counts None's references around scans
+        out[:] = np.asarray(simsimd.cdist(rows, parts, metric="dot", out_dtype="float32"))
         return out
 
     return kernel
@@ -111,7 +114,7 @@ def scan_matrix(rows: np.ndarray, q: np.ndarray, *, use_simsimd: bool = True) ->
     step = max(1, BLOCK_BYTES // max(1, rows.shape[1] * 2))
     for at in range(0, n, step):
         kernel(np.ascontiguousarray(rows[at : at + step]), parts[at : at + step])
-    return parts.sum(axis=1, dtype=np.float32)
+    return np.add(parts[:, 0], parts[:, 1])  # (sum(axis=1) is 3x slower on 2 columns)
 
 
 class StoredRows:
@@ -183,12 +186,12 @@ class StoredRows:
             for at in range(0, n, step):
                 rows = np.asarray(self.checked[at : at + step], dtype=FLOAT16)
                 kernel(rows, parts[at : at + rows.shape[0]])
-        return parts.sum(axis=1, dtype=np.float32)
+        return np.add(parts[:, 0], parts[:, 1])  # (sum(axis=1) is 3x slower on 2 columns)
 
     def checked_rows(self, rows: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``rows`` (ascending or not) read through HDF5's checksum."""
         rows = np.asarray(rows, dtype=np.int64)
-        order = np.unique(rows)
+        order = sorted_unique(rows)
         if order.size == 0:
             return np.zeros((0, self.shape[1]), np.float32)
         got = np.asarray(self.checked[order], dtype=np.float32)
@@ -207,3 +210,10 @@ def scan(rows: np.ndarray | StoredRows, q: np.ndarray) -> np.ndarray:
     if isinstance(rows, StoredRows):
         return rows.scan(q)
     return scan_matrix(rows, q)
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-d integer array. numpy's own imports ``numpy.ma`` on first use
+    (~15 ms of a cold query, for two lists of 100 ids)."""
+    out = np.sort(np.asarray(values, dtype=np.int64))
+    return out[np.r_[True, out[1:] != out[:-1]]] if out.size else out

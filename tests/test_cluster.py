@@ -98,3 +98,33 @@ def test_a_document_that_kills_workers_twice_is_recorded_as_failed(
         status = r.strings("/documents/status")
         assert status[names.index("gamma.md")] == "failed"
         assert sum(s == "ok" for s in status) == len(FILES) - 2  # gamma.md and broken.pdf
+
+
+def test_a_local_cluster_whose_nannies_gave_up_is_scaled_back_instead_of_waited_on(
+    tmp_path: Path,
+) -> None:
+    """A nanny does not restart a worker that dies while starting (a loaded machine and a
+    document that kills workers): the build then waited forever for a result. Here both nannies
+    are closed, as if they had given up; the result still comes, from a new worker."""
+    import os
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    from kbpack.cluster import _Results
+
+    # the scheduler forgets a lost worker after this; 1 s instead of 15 keeps the test short
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}):
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        try:
+            with Client(cluster) as client:
+                for nanny in list(cluster.workers.values()):
+                    client.sync(nanny.close)
+                opts = BuildOptions(sources=[tmp_path], out=tmp_path / "x.kbpack", vectors=False)
+                results = _Results(client, [], opts, workers=2, local=cluster)
+                pid = results._result(client.submit(os.getpid, pure=False))
+                assert pid != os.getpid() and client.scheduler_info()["workers"]
+        finally:
+            cluster.close()

@@ -284,19 +284,56 @@ def test_calibrate_refuses_to_recommend_from_a_tiny_set(
     assert code == 2 and "need 20" in err and "nothing written" in err
 
 
+def test_eval_and_calibrate_are_library_calls_the_commands_only_print(
+    vector_pack: Path, tiny_model: Path, cal_files: dict[str, Path]
+) -> None:
+    """The measuring lives in kbpack.evaluate_pack / kbpack.calibrate: their reports are what
+    --json prints, less the envelope."""
+    from kbpack.calibrate import calibrate_pack
+    from kbpack.evaluate_pack import evaluate_pack
+
+    q, ood, model = cal_files["q"], cal_files["ood"], str(tiny_model)
+    report, qs = evaluate_pack(vector_pack, q, ks=[1, 4], model=tiny_model, show_ranks=True)
+    code, stdout = run(
+        "eval", str(vector_pack), str(q), "-k", "1,4", "--ranks", "--json", "--model", model
+    )
+    printed = json.loads(stdout)
+    assert code == 0 and len(qs) == 20
+    assert {k: v for k, v in printed.items() if k not in ("schema", "command")} == report
+    with pytest.raises(ValueError, match="give one"):
+        evaluate_pack(vector_pack, q, against=vector_pack, rerank=tiny_model)
+
+    report, rows, best = calibrate_pack(vector_pack, q, ood, model=tiny_model)
+    code, stdout = run(
+        "calibrate",
+        str(vector_pack),
+        "--questions",
+        str(q),
+        "--ood",
+        str(ood),
+        "--json",
+        "--model",
+        model,
+    )
+    printed = json.loads(stdout)
+    assert code == 0 and report["sweep"] == [r.as_dict() for r in rows]
+    assert report["recommended"] == (best.as_dict() if best else None)
+    assert {k: v for k, v in printed.items() if k not in ("schema", "command")} == report
+
+
 def test_calibrate_says_what_a_looser_threshold_costs() -> None:
-    from kbpack.commands.evaluate import render_calibration
+    from kbpack.commands.calibrate import render_calibration
 
     rows = E.sweep(
         [E.Gate((0.7,), (True,))] * 20, [E.Gate((0.68,), (False,))] * 10, E.threshold_grid(), 1
     )
     best = E.recommend(rows)
     assert best is not None and best.threshold == 0.7  # every question is at 0.7: looser
-    from kbpack.commands.evaluate import _vs_default
+    from kbpack.calibrate import vs_default
 
     report = {
         "pack": "p", "mode": "hybrid", "k": 1, "questions": 20, "ood": 10, "rule": E.rule_text(),
-        "too_few": None, "interval": [0.7, 0.7], "vs_default": _vs_default(rows, best),
+        "too_few": None, "interval": [0.7, 0.7], "vs_default": vs_default(rows, best),
     }  # fmt: skip
     assert report["vs_default"] == {
         "default": 0.675, "looser": True, "extra_bluffs": 10, "fewer_false_refusals": 20
@@ -367,12 +404,12 @@ def test_calibration_gate_matches_what_query_does(vector_pack: Path, tiny_model:
     """The sweep must predict the real refusal gate: for each query and threshold, search with
     that threshold answers exactly when the gate model says so, with the same correctness."""
     import kbpack
-    from kbpack.commands.evaluate import _gate
+    from kbpack.calibrate import gate as gate_of
 
     with kbpack.open(str(vector_pack), model=tiny_model) as p:
         queries = [(q["query"], q["needle"]) for q in QUESTIONS] + [(o["query"], None) for o in OOD]
         for query, needle in queries:
-            gate = _gate(p, query, needle, "hybrid")
+            gate = gate_of(p, query, needle, "hybrid")
             for t in (0.0, 0.3, 0.6, 0.9, 1.2):
                 row = E.sweep([gate], [], [t], k=2)[0]
                 resp = p.search(query, k=2, mode="hybrid", max_distance=t)

@@ -180,10 +180,11 @@ def test_an_interrupted_migrate_leaves_nothing(
 ) -> None:
     from kbpack.embed import Embedder
 
-    def interrupted(self: Embedder, texts: list[str]) -> None:
+    def interrupted(self: Embedder, tokenized: list[list[int]]) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Embedder, "embed", interrupted)
+    # every embedding, query or build, reaches the model through embed_tokens
+    monkeypatch.setattr(Embedder, "embed_tokens", interrupted)
     before = sha256(pack_a)
     r = CliRunner().invoke(
         cli,

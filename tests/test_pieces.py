@@ -204,6 +204,41 @@ def test_a_pack_built_with_pieces_holds_them_and_verifies(
     assert code == 0, out
 
 
+def test_build_progress_counts_every_token_the_model_reads(
+    corpus: Path, tmp_path: Path, wide_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ETA's unit is tokens: piece texts cost model time as chunk texts do, so the
+    progress must hear of their tokens too (it heard only the chunks' before)."""
+    from kbpack.build import BuildOptions
+    from kbpack.build import build as build_pack
+    from kbpack.embed import Embedder
+    from kbpack.progress import Progress
+
+    announced: list[tuple[int, int]] = []
+
+    class Recording(Progress):
+        def embedding(self, texts: int, tokens: int) -> None:
+            announced.append((texts, tokens))
+
+    read: list[int] = []
+    real = Embedder.embed_tokens
+
+    def counting(self: Embedder, tokenized: Any) -> np.ndarray:
+        read.append(sum(map(len, tokenized)))
+        return real(self, tokenized)
+
+    monkeypatch.setattr(Embedder, "embed_tokens", counting)
+    opts = BuildOptions(
+        sources=[corpus], out=tmp_path / "p.kbpack", model=wide_model, threads=1, pieces=True
+    )
+    report = build_pack(opts, Recording(enabled=False))
+    n_texts = report.counts["chunks"] + report.counts["pieces"]
+    assert report.counts["pieces"] > 0
+    assert sum(t for t, _ in announced) == n_texts
+    assert [n for _, n in announced] == read  # each batch announced with what it costs
+    assert sum(read) > report.tokens_embedded  # more than the chunks' own tokens
+
+
 def test_a_pack_with_pieces_answers_with_chunks(
     corpus: Path, tmp_path: Path, wide_model: Path
 ) -> None:

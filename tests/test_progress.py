@@ -46,7 +46,7 @@ def test_eta_from_tokens_counts_down() -> None:
     p.source_bytes_total = 1000
     p._t0 -= 10  # ten seconds into the build (no sleeping in tests)
     p.building(1, 4, 250, chunks=0)
-    p.embedding(chunks=10, tokens=500)
+    p.embedding(texts=10, tokens=500)
     p._last = 0.0  # past the redraw throttle (10 per second)
     p.building(2, 4, 250, chunks=10)  # 500 tokens in 10 s, half the bytes read
     # left: 500 tokens per 500 bytes x 500 bytes = 500 tokens, at 50 tokens/s = 10 s

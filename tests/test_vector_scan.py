@@ -3,6 +3,7 @@ every stored vector converted to float32 and multiplied by the float32 query in 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import h5py
@@ -174,3 +175,20 @@ def test_a_damaged_vector_of_a_result_is_refused(
     damaged.write_bytes(bytes(data))
     with kbpack.open(damaged, model=model) as p, pytest.raises(DamagedDataError, match=F.VEC_DATA):
         p.search(query, k=3, mode="dense", refuse=False)
+
+
+def test_scans_leave_none_s_reference_count_alone(stored: Stored) -> None:
+    """simsimd 6.5's cdist(out=...) returns None without a reference: thousands of calls (one
+    per HDF5 chunk) used to drive None's count to zero and abort the interpreter."""
+    path, _, _, _ = stored
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        q = queries(1)[0]
+        rows.scan(q)
+        before = sys.getrefcount(None)
+        for _ in range(20):  # 9 blocks each: 180 kernel calls
+            rows.scan(q)
+        assert sys.getrefcount(None) >= before - 5  # a few may move with the interpreter's state
+    finally:
+        rows.close()
+        h.close()

@@ -6,6 +6,7 @@ import difflib
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -42,6 +43,14 @@ def force_option(f: F) -> F:
         "--force",
         is_flag=True,
         help="Replace an existing file that is not a pack, or a symlink's target (never an input).",
+    )(f)
+
+
+def query_model_option(f: F) -> F:
+    return click.option(
+        "--model",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Query-side GGUF model (must be the pack's model).",
     )(f)
 
 
@@ -85,6 +94,16 @@ def table(rows: Sequence[tuple[str, Any]], indent: int = 0) -> str:
     width = max(len(k) for k, _ in rows)
     pad = " " * indent
     return "\n".join(f"{pad}{k:<{width}}  {v}" for k, v in rows)
+
+
+def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
+    """Lines of a table with a header row, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    pad = " " * indent
+    return [
+        pad + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [head, *rows]
+    ]
 
 
 def human_size(n: float) -> str:
