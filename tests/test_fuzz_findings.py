@@ -7,6 +7,8 @@
    open of a pack now lets HDF5 parse it in a sandboxed child (kbpack/pack/preflight.py).
 3. A NaN in a vector of a pack whose digests were rewritten to match made hybrid query die with
    "internal error: ValueError: every candidate needs a finite cosine similarity".
+4. A row number out of range in such a pack (/chunks/document, /sections/parent, ...) made
+   export and query die with "internal error: IndexError".
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,11 +113,7 @@ def test_the_first_open_check_is_remembered_per_file_state(tmp_path: Path) -> No
 def test_a_non_finite_vector_is_one_line_naming_the_element(
     tmp_path: Path, tiny_model: Path
 ) -> None:
-    import h5py
     import numpy as np
-
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
-    from kbpack.pack.storage import create_dataset
 
     src = tmp_path / "docs"
     src.mkdir()
@@ -124,20 +123,62 @@ def test_a_non_finite_vector_is_one_line_naming_the_element(
     model = ["--model", str(tiny_model)]
     r = kbpack("build", str(src), "-o", str(pack), *model, "--no-pieces", "-q", cache=cache)
     assert r.returncode == 0, r.stderr
-    with h5py.File(pack, "r+") as h:
-        vectors = h[F.VEC_DATA][()]
+
+    def nan(vectors: Any) -> None:
         vectors[0, 3] = np.nan
-        attrs = dict(h[F.VEC_DATA].attrs.items())
-        del h[F.VEC_DATA]
-        ds = create_dataset(h, F.VEC_DATA, data=vectors)
-        for k, v in attrs.items():
-            ds.attrs[k] = v
-        digests = element_digests(h)
-    restamp(pack, "elements", digests)
+
+    rewrite(pack, F.VEC_DATA, nan)
     r = kbpack("query", str(pack), *model, "--", "pump seal", cache=cache)
     assert r.returncode == 1, r.stderr
     assert r.stderr.count("\n") == 1
     assert f"{F.VEC_DATA} is damaged (the vectors of chunk 0 are not finite" in r.stderr
+
+
+def rewrite(pack: Path, path: str, change: Any) -> None:
+    """Rewrite one dataset through HDF5 (``change(values)`` edits them in place) and every
+    digest to match: a pack consistent with its own manifest."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.pack.storage import create_dataset
+
+    with h5py.File(pack, "r+") as h:
+        values = h[path][()]
+        change(values)
+        attrs = dict(h[path].attrs.items())
+        del h[path]
+        ds = create_dataset(h, path, data=values)
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "command"),
+    [
+        (F.CHUNK_DOCUMENT, 7, ["export", "--what", "chunks"]),
+        (F.CHUNK_SECTION, 2**31 - 1, ["export", "--what", "chunks"]),
+        (F.SEC_DOCUMENT, -1, ["export", "--what", "sections"]),
+        (F.SEC_PARENT, 2**31 - 1, ["query", "--mode", "bm25"]),
+    ],
+)
+def test_a_row_number_out_of_range_is_one_line_naming_the_column(
+    tmp_path: Path, column: str, value: int, command: list[str]
+) -> None:
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+
+    def poke(values: Any) -> None:
+        values[len(values) // 2] = value
+
+    rewrite(pack, column, poke)
+    argv = [command[0], str(pack), *command[1:]]
+    if command[0] == "query":
+        argv += ["--", "pypdf"]
+    r = kbpack(*argv, cache=tmp_path / "cache")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and f"{column} is damaged (row " in r.stderr
+    assert "outside" in r.stderr and "internal error" not in r.stderr
 
 
 @pytest.fixture(autouse=True)

@@ -115,7 +115,8 @@ class Mutant:
 # -- bytes ---------------------------------------------------------------------------------------
 
 
-def _region(seed: Seed, rng: random.Random) -> tuple[int, int]:
+def _region(seed: Seed) -> tuple[int, int]:
+    """The HDF5 bytes: everything after the kbpack header."""
     return F.USERBLOCK_SIZE, len(seed.data)
 
 
@@ -148,7 +149,7 @@ def flip_bits(data: bytearray, seed: Seed, rng: random.Random) -> str:
         elif where == "metadata":
             at = _in_metadata(seed, rng)
         else:
-            at = rng.randrange(*_region(seed, rng))
+            at = rng.randrange(*_region(seed))
         data[at] ^= 1 << rng.randrange(8)
     return f"flip {n} bit(s) in {where}{' ' + named if named else ''}"
 
@@ -157,7 +158,7 @@ def overwrite_int(data: bytearray, seed: Seed, rng: random.Random) -> str:
     """An HDF5 size, address or count replaced by an interesting integer (little-endian)."""
     width = rng.choice((1, 2, 4, 8))
     value = rng.choice(INTERESTING_INTS) % (1 << (8 * width))
-    at = _in_metadata(seed, rng) if rng.random() < 0.7 else rng.randrange(*_region(seed, rng))
+    at = _in_metadata(seed, rng) if rng.random() < 0.7 else rng.randrange(*_region(seed))
     at = min(at, len(data) - width)
     data[at : at + width] = value.to_bytes(width, "little")
     return f"overwrite {width}-byte int {value:#x} at {at}"
@@ -173,7 +174,7 @@ def zero_sector(data: bytearray, seed: Seed, rng: random.Random) -> str:
 
 def copy_block(data: bytearray, seed: Seed, rng: random.Random) -> str:
     size = rng.choice((8, 64, 512, 4096))
-    lo, hi = _region(seed, rng)
+    lo, hi = _region(seed)
     if hi - lo <= size:
         return "copy nothing"
     src, dst = rng.randrange(lo, hi - size), rng.randrange(lo, hi - size)

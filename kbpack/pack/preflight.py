@@ -32,6 +32,16 @@ BASE_TIMEOUT_S = 60.0
 BYTES_PER_S = 20e6  # a slow USB stick: the child reads every string and every chunk index
 
 
+def _h5py_lock() -> Any:
+    """h5py's global lock (``phil``, re-entrant: the forking thread, which is the child's only
+    thread, may take it again there), or a no-op if a future h5py moves it."""
+    try:
+        from h5py._objects import phil
+    except ImportError:
+        return contextlib.nullcontext()
+    return phil
+
+
 def memo_key(path: Path, header: Header) -> str:
     st = os.stat(path)
     ident = [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino]
@@ -96,7 +106,7 @@ def parse_in_child(
 def check_parses(path: Path, header: Header, file_size: int) -> None:
     """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
     docstring); return at once for a pack already checked on this machine."""
-    from kbpack.verify.sandbox import Limits, SandboxFailure, run_isolated
+    from kbpack.verify.sandbox import Isolated, Limits, SandboxFailure
 
     try:
         key = memo_key(path, header)
@@ -108,7 +118,15 @@ def check_parses(path: Path, header: Header, file_size: int) -> None:
     limits = Limits(timeout_s=BASE_TIMEOUT_S + file_size / BYTES_PER_S)
     args: tuple[Any, ...] = (str(path), file_size, m.format_version, m.counts)
     try:
-        result = run_isolated(parse_in_child, args, limits)
+        # Forked holding h5py's global lock: a thread of this process (serve's request
+        # threads) inside h5py at the moment of the fork would leave the child's copy of the
+        # lock held by nobody, and the child would wait for it until its time limit.
+        with _h5py_lock():
+            child = Isolated(parse_in_child, args, limits)
+        try:
+            result = child.result()
+        finally:
+            child.cancel()
     except SandboxFailure as e:
         raise PackError(
             f"{path}: refused: {e.detail}: the pack is damaged or hostile; run kbpack verify "

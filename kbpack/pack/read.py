@@ -131,6 +131,19 @@ class CheckedDataset:
         return arr if dtype is None else arr.astype(dtype)
 
 
+# Columns of row numbers: the count whose rows they point at, and the lowest value allowed
+# (-1: a section's parent, for a document's root section).
+ROW_REFERENCES: dict[str, tuple[str, int]] = {
+    F.SEC_DOCUMENT: ("documents", 0),
+    F.SEC_PARENT: ("sections", -1),
+    F.PAGE_DOCUMENT: ("documents", 0),
+    F.CHUNK_DOCUMENT: ("documents", 0),
+    F.CHUNK_SECTION: ("sections", 0),
+    F.PIECE_CHUNK: ("chunks", 0),
+    F.BM25_CHUNK: ("chunks", 0),
+}
+
+
 class PackReader:
     """A pack opened read-only. Use as a context manager or call ``close()``."""
 
@@ -314,9 +327,28 @@ class PackReader:
             want = self.manifest.elements.get(path)
             if want is not None and numeric_digest(arr) != want:
                 raise DamagedDataError(self.where, path, "differs from the manifest's digest")
+            self._check_references(path, arr)
             self._cache[path] = arr
         arr: np.ndarray = self._cache[path]
         return arr
+
+    def _check_references(self, path: str, arr: np.ndarray) -> None:
+        """A column of row numbers must point at rows that exist: a pack whose digests were
+        rewritten to match its damage (only verify's invariants would say so) must stop a
+        command in one line, not in an IndexError where the row is used."""
+        ref = ROW_REFERENCES.get(path)
+        if ref is None or arr.size == 0 or arr.dtype.kind not in "iu":
+            return
+        count, lowest = ref
+        n = int(self.counts.get(count, 0))
+        bad = np.flatnonzero((arr < lowest) | (arr >= n))
+        if bad.size:
+            row = int(bad[0])
+            raise DamagedDataError(
+                self.where,
+                path,
+                f"row {row} points at {count} row {int(arr[row])}, outside {lowest}..{n - 1}",
+            )
 
     def strings(self, path: str) -> list[str]:
         """A whole string dataset, read once, checked against the manifest's digest, cached.
