@@ -143,10 +143,61 @@ def _set(module: Any, open_: Any) -> Iterator[None]:
         del module.open
 
 
+@contextlib.contextmanager
+def trace(log: Path, out: Path) -> Iterator[None]:
+    """While inside, each phase of a write of ``out`` appends its name to ``log`` as it starts
+    (``published`` once the rename onto ``out`` is done), so that a process killed at a random
+    moment tells which phase the signal hit. The HDF5 child appends too."""
+    from kbpack import build
+    from kbpack.pack import write
+
+    def mark(phase: str) -> None:
+        with open(log, "a") as f:
+            f.write(phase + "\n")
+
+    def wrapped(phase: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            mark(phase)
+            return real(*args, **kwargs)
+
+        return call
+
+    real_extract = build.extract_all
+
+    def extract_all(candidates: Any, *a: Any, **k: Any) -> Iterator[Any]:
+        for doc in real_extract(candidates, *a, **k):
+            mark("extract")
+            yield doc
+
+    real_add = write.PackWriter.add_document
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any, *a: Any, **k: Any) -> None:
+        publish = Path(dst).parent == out.parent and not Path(dst).name.startswith(".")
+        if publish:
+            mark("rename")
+        real_replace(src, dst, *a, **k)
+        if publish:
+            mark("published")
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_patched(build, "discover", wrapped("discover", build.discover)))
+        stack.enter_context(_patched(build, "extract_all", extract_all))
+        stack.enter_context(_patched(build, "_embed", wrapped("embed", build._embed)))
+        stack.enter_context(_patched(write.PackWriter, "add_document", wrapped("spool", real_add)))
+        stack.enter_context(
+            _patched(write, "create_dataset", wrapped("hdf5", write.create_dataset))
+        )
+        stack.enter_context(_patched(write, "write_header", wrapped("header", write.write_header)))
+        stack.enter_context(_patched(write, "_fsync_file", wrapped("fsync", write._fsync_file)))
+        stack.enter_context(_patched(os, "replace", replace))
+        yield
+
+
 def temp_files(folder: Path) -> list[str]:
     """What a write left beside its output: every hidden name (kbpack's temp files are all
     ``.NAME.tmp-...``; the test folders hold nothing else that is hidden)."""
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
-__all__ = ["FAULTS", "PHASES", "inject", "temp_files"]
+__all__ = ["FAULTS", "PHASES", "inject", "temp_files", "trace"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +140,35 @@ def read_pieces(path: str) -> list[Piece]:
             piece = text[int(start[i]) : int(end[i])]
             out.append(Piece(int(chunk[i]), int(start[i]), int(end[i]), piece, data[i]))
     return out
+
+
+_LINE_HYPHEN = re.compile(r"(?<=\w)-[ \t]*\n\s*(?=\w)")
+
+
+def copy_words(text: str) -> list[str]:
+    """Spec §3.10: a chunk's normalised words."""
+    t = unicodedata.normalize("NFKC", text).replace("\u00ad", "")
+    return re.findall(r"\w+", _LINE_HYPHEN.sub("", t).casefold())
+
+
+def read_copies(path: str) -> list[list[tuple[int, bool, bool]]] | None:
+    """Spec §3.10: each copy group as (chunk row, stored exact flag, words equal to the group's
+    first chunk's words); None when the pack has no /copies (kbpack 0.2.0)."""
+    with h5py.File(path, "r", locking=False) as f:
+        if "copies" not in f:
+            return None
+        texts = [s.decode() for s in f["/documents/text"][()]]
+        doc, start, end = (f[f"/chunks/{k}"][()] for k in ("document", "from", "to"))
+        group, chunk, exact = (f[f"/copies/{k}"][()] for k in ("group", "chunk", "exact"))
+    groups: list[list[tuple[int, bool, bool]]] = []
+    first: list[str] = []
+    for g, c, e in zip(group.tolist(), chunk.tolist(), exact.tolist(), strict=True):
+        words = copy_words(texts[doc[c]][start[c] : end[c]])
+        if g == len(groups):
+            groups.append([])
+            first = words
+        groups[g].append((c, bool(e), bool(words) and words == first))
+    return groups
 
 
 def tokenize_check(path: str) -> tuple[np.ndarray, list[str]]:

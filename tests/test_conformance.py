@@ -38,6 +38,11 @@ def _agree(path: Path) -> int:
         assert c.start <= p.start < p.end <= c.end
         assert p.content == p.content.strip() and p.content in c.content
         assert abs(float(np.linalg.norm(p.vector)) - 1.0) < 1e-2
+    copies = ind.read_copies(str(path))  # spec §3.10: exact flags say the truth
+    assert (copies is None) == ("copies" not in manifest["counts"])
+    for group in copies or []:
+        assert len(group) >= 2 and [c for c, _, _ in group] == sorted({c for c, _, _ in group})
+        assert all(exact == equal for _, exact, equal in group)
     manifest = ind.read_manifest(str(path))
     assert ind.storage_violations(str(path), manifest["format_version"]) == []
     lengths, terms = ind.tokenize_check(str(path))

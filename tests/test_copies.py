@@ -256,3 +256,48 @@ def test_a_pack_set_collapses_copies_across_its_packs(tmp_path: Path) -> None:
         guides = [r for r in resp.results if r.doc == "guide.md"]
         assert len(guides) == 2 and all(g.collapsed for g in guides)
         assert guides[0].collapsed[0].startswith("b.kbpack: guide.pdf.txt#char=")
+
+
+def test_the_independent_reader_agrees_on_the_groups(tmp_path: Path) -> None:
+    """Spec §3.10 is enough to re-derive which members are identical copies."""
+    from tests import independent_reader as ind
+
+    p = copies_pack(tmp_path / "c.kbpack")
+    groups = ind.read_copies(str(p))
+    assert groups == [[(0, True, True), (3, True, True)], [(1, True, True), (4, False, False)]]
+    assert (
+        ind.read_copies(str(Path(__file__).parent.parent / "fixtures/golden/v2-0.2.0.kbpack"))
+        is None
+    )
+
+
+def test_merge_recomputes_the_groups(tmp_path: Path) -> None:
+    """Copies in two packs become one group in their merge (the writer groups what it writes)."""
+    from kbpack.merge import merge_packs
+
+    a, b = tmp_path / "a.kbpack", tmp_path / "b.kbpack"
+    write_pack(a, [markdown_doc("guide.md", f"# Orphaning\n\n{PASSAGE}\n")])
+    write_pack(b, [markdown_doc("guide.pdf.txt", f"# Orphaning\n\n{PDF_COPY}\n")])
+    with PackReader(a) as r:
+        assert r.counts["copies"] == 0
+    merged = merge_packs([a, b], tmp_path / "ab.kbpack").path
+    with PackReader(merged) as r:
+        assert r.column(F.COPY_GROUP).tolist() == [0, 0, 1, 1]
+        assert r.column(F.COPY_EXACT).tolist() == [1, 1, 1, 0]
+    assert codes(merged) == set()
+
+
+def test_diff_says_when_copy_groups_change(tmp_path: Path) -> None:
+    from kbpack.pack.diff import diff_packs
+
+    docs = [
+        markdown_doc("a.md", f"# A\n\n{PASSAGE}\n"),
+        markdown_doc("b.md", f"# A\n\n{PDF_COPY}\n"),
+    ]
+    old, new = tmp_path / "old.kbpack", tmp_path / "new.kbpack"
+    write_pack(old, docs, copies=False)
+    write_pack(new, docs)
+    d = diff_packs(old, new)
+    assert "chunks in copy groups not stored -> 4" in d.differences
+    assert d.as_dict()["counts"]["copies"] == {"old": 0, "new": 4}
+    assert diff_packs(new, new).same_content

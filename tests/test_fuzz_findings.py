@@ -9,6 +9,8 @@
    "internal error: ValueError: every candidate needs a finite cosine similarity".
 4. A row number out of range in such a pack (/chunks/document, /sections/parent, ...) made
    export and query die with "internal error: IndexError".
+5. HTML with ``<![C`` (a marked section Python's parser does not know) failed its document
+   with "AssertionError: unknown status keyword 'C' in marked section".
 """
 
 from __future__ import annotations
@@ -184,3 +186,15 @@ def test_a_row_number_out_of_range_is_one_line_naming_the_column(
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("section", ["<![C x]>", "<![CDA", "<![ if !IE ]>", "<![CDATA[x]]>"])
+def test_an_unknown_marked_section_is_a_bogus_comment(tmp_path: Path, section: str) -> None:
+    from kbpack.extract.file import extract_file
+
+    page = tmp_path / "p.html"
+    page.write_text(f"<title>T</title><p>alpha</p>{section}<p>beta gamma</p>", encoding="utf-8")
+    doc = extract_file(page, "p.html")
+    assert doc.status == "ok", doc.reason
+    assert doc.text.startswith("alpha")
+    assert "beta gamma" in doc.text or section == "<![CDA"  # an unclosed one eats the rest

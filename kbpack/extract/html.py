@@ -102,6 +102,17 @@ class _Extractor(HTMLParser):
         self.in_title = False
         self.first_h1: str | None = None
 
+    def parse_html_declaration(self, i: int) -> int:
+        """``<![WORD[`` with a word Python's parser does not know raises AssertionError there
+        ("unknown status keyword", found by bench/fuzz.py); browsers read it as a bogus
+        comment, and so does this."""
+        if self.rawdata.startswith("<![", i):
+            try:
+                return super().parse_html_declaration(i)
+            except AssertionError:
+                return self.parse_bogus_comment(i)
+        return super().parse_html_declaration(i)
+
     # -- element tracking ------------------------------------------------------------------
     def _is_noise(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
         if tag in _SKIP_TAGS:

@@ -114,6 +114,8 @@ def summary(r: PackReader) -> dict[str, Any]:
         "extractors": extractors,
         "counts": dict(r.counts),
         "pieces": r.counts.get("pieces") if r.has_pieces else None,  # None: no piece level
+        # chunks in copy groups (/copies); None: a pack of kbpack 0.2.0, which stores none
+        "copies": r.counts.get("copies", 0) if r.has_copies else None,
     }
 
 
@@ -265,6 +267,12 @@ def _differences(d: PackDiff, same_model: bool) -> list[str]:
         out.append(
             f"sentence pieces {label.get(o['pieces'], o['pieces'])} -> "
             f"{label.get(n['pieces'], n['pieces'])}"
+        )
+    if (o.get("copies") or 0) != (n.get("copies") or 0):  # none stored = no copies found
+        label = {None: "not stored"}
+        out.append(
+            f"chunks in copy groups {label.get(o.get('copies'), o.get('copies'))} -> "
+            f"{label.get(n.get('copies'), n.get('copies'))}"
         )
     if o["max_distance"] != n["max_distance"]:
         out.append(f"refusal threshold {o['max_distance']} -> {n['max_distance']}")
