@@ -26,13 +26,16 @@ GATE_DEPTH = 200
 
 def gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
     """The query's ranking as the refusal gate sees it (see kbpack.search: a hybrid result that
-    opens the identifier gate passes whatever its distance)."""
+    opens the identifier gate passes whatever its distance; a foreign-language query's result
+    that shares no content word with it never passes on distance)."""
     resp = pack.search(query, k=GATE_DEPTH, mode=mode, refuse=False)
     identifier = pack.searcher.identifier_gate(query) if mode == "hybrid" else None
     want = E.normalize(needle) if needle else None
     distances, hits = [], []
     for r in resp.results:
         d = math.inf if r.distance is None else float(r.distance)
+        if not pack.searcher.distance_counts(query, r.content):
+            d = math.inf  # a foreign-language query's result without a shared word never passes
         if identifier is not None and identifier.opens(r.content):
             d = -math.inf
         distances.append(d)

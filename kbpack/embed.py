@@ -1,10 +1,11 @@
 """Embedder: texts -> L2-normalised float32 vectors, computed locally by llama.cpp.
 
 llama.cpp aborts the whole process (SIGABRT, uncatchable) when a batch holds more tokens than
-``n_ubatch`` for a non-causal model, or when positions exceed the model's. So the context is
-sized from the model (``n_ctx = n_batch = n_ubatch``, never above its positions) and every
-input is tokenized first and cut to the token window explicitly -- counted in ``truncated`` --
-before llama.cpp sees it.
+``n_ubatch`` for a non-causal model, when a sequence's positions exceed the model's, or when
+it loads a context above 256 tokens that is not a multiple of 256. So the context is sized
+from the model (``n_ctx = n_batch = n_ubatch``: ``context_tokens``) and every input is
+tokenized first and cut to the token window explicitly -- counted in ``truncated`` -- before
+llama.cpp sees it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ __all__ = ["Embedder", "ModelIdentity", "Prefixes", "default_model_path", "sha25
 BATCH_TOKENS = 256
 # Flash attention: 66 vs 79 ms CPU per chunk at 256-token batches, same measurement.
 FLASH_ATTENTION = True
+# llama.cpp (llama-cpp-python 0.3.36) aborts the process (GGML_ASSERT(ggml_can_mul_mat),
+# SIGABRT) while it loads a context of more than this many tokens that is not a multiple of
+# it: 300, 320, 384, 400 and 640 aborted, 64, 100, 200, 256, 512 and 768 did not (tiny BERT
+# models, tests/test_embed.py). A context larger than the model's positions is harmless:
+# positions count per sequence, and no sequence is longer than the window.
+CONTEXT_STEP = 256
+
+
+def context_tokens(window: int, positions: int) -> int:
+    """The context (= batch = ubatch) size for a model: room for a whole window and for
+    ``BATCH_TOKENS``, and a size llama.cpp loads (see ``CONTEXT_STEP``)."""
+    need = max(window, BATCH_TOKENS)
+    if need <= CONTEXT_STEP:
+        return min(positions, need)
+    return -(-need // CONTEXT_STEP) * CONTEXT_STEP
+
 
 _llama_errors: deque[str] = deque(maxlen=4)
 _log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
@@ -89,7 +106,7 @@ class Embedder:
         self.truncated: int = 0
         self.threads = threads or available_threads()
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
-        self._n_ctx = min(positions, max(self.window, BATCH_TOKENS))
+        self._n_ctx = context_tokens(self.window, positions)
         self._batch_tokens = min(BATCH_TOKENS, self._n_ctx)
         self._llm = _load(path, self._n_ctx, self.threads)
         n_embd = int(self._llm.n_embd())

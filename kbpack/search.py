@@ -11,6 +11,9 @@ code-like query term, one of them is rare in the pack, and the query's content w
 carry at least half of the query's IDF weight. A year or an acronym alone ("who won the world
 cup in 2018") is not such evidence: the words it does not hold weigh more. In bm25 mode (or a
 lexical-only fallback) a chunk must share a content word with the query, not "how" or "the".
+A query in a language the model does not read (``foreign_query``: Italian function words and
+no English one; the default model is English-only and puts any two Italian texts close) needs
+that shared content word too: its distance alone is no evidence.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from kbpack.lexical import (
 )
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
-from kbpack.stopwords import STOPWORDS
+from kbpack.stopwords import ENGLISH, ITALIAN, STOPWORDS
 from kbpack.typos import Suggestion, best_suggestions, checkable, near_terms
 from kbpack.vector_scan import sorted_unique
 
@@ -146,6 +149,19 @@ def heading_only(words: Sequence[str], result: Result) -> bool:
     and a rule of dashes, say) is no answer on its own."""
     heading = set(tokenize(result.section)) | set(tokenize(result.title))
     return not words or set(words) <= heading
+
+
+# Function words of one language only ("il", "della" vs "the", "what"; "a", "in", "no" are
+# both), of two letters or more: "-l" in "ls -l" tokenizes to "l" too, and is no Italian.
+_ITALIAN_ONLY = frozenset(w for w in ITALIAN - ENGLISH if len(w) > 1)
+_ENGLISH_ONLY = frozenset(w for w in ENGLISH - ITALIAN if len(w) > 1)
+
+
+def foreign_query(query: str) -> bool:
+    """The query is written in a language the default model does not read: it holds an Italian
+    function word and no English one. A bare identifier or keyword query holds neither."""
+    tokens = set(tokenize(query))
+    return not tokens.isdisjoint(_ITALIAN_ONLY) and tokens.isdisjoint(_ENGLISH_ONLY)
 
 
 def content_terms(query: str) -> list[str]:
@@ -446,13 +462,16 @@ class Searcher:
         dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
         gate = self.identifier_gate(query) if (refuse and mode_used == "hybrid") else None
         words = set(analyzed_content_terms(query, self.analyzer_name))
+        foreign = foreign_query(query)
 
         def passes(c: int) -> bool:
             if not refuse:
                 return True
             if mode_used == "bm25":
                 return c in bm_rank and self._holds_any(c, words)
-            if dist.get(c, 2.0) <= (threshold if max_distance is not None else self._threshold(c)):
+            limit = threshold if max_distance is not None else self._threshold(c)
+            near = dist.get(c, 2.0) <= limit
+            if near and (not foreign or self._holds_any(c, words)):
                 return True
             return gate is not None and self._gate_opens(c, gate)
 
@@ -653,8 +672,19 @@ class Searcher:
 
     def _holds_any(self, chunk: int, words: set[str]) -> bool:
         """The chunk shares a content word with the query (bm25 mode's refusal rule)."""
-        terms = analyzer(self.analyzer_name).terms(self.chunk_content(chunk))
-        return not words.isdisjoint(terms)
+        return self.shares_content_word(self.chunk_content(chunk), words)
+
+    def shares_content_word(self, content: str, words: set[str]) -> bool:
+        """``content`` holds one of ``words`` (the query's ``analyzed_content_terms``)."""
+        return not words.isdisjoint(analyzer(self.analyzer_name).terms(content))
+
+    def distance_counts(self, query: str, content: str) -> bool:
+        """Whether a result's distance may pass the threshold on its own: always, except for a
+        ``foreign_query``, whose results must also share a content word with it."""
+        if not foreign_query(query):
+            return True
+        words = set(analyzed_content_terms(query, self.analyzer_name))
+        return self.shares_content_word(content, words)
 
     def _result(
         self,

@@ -269,6 +269,16 @@ ITALIAN = frozenset(
         "uno",
         "va",
         "vi",
+        # elided articles and prepositions ("l'orario", "dell'ufficio" tokenize to "l", "dell")
+        # and question words the first list missed
+        "dall",
+        "dell",
+        "l",
+        "nell",
+        "qual",
+        "quante",
+        "quanta",
+        "sull",
     ]
 )
 

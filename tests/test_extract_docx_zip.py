@@ -72,3 +72,18 @@ def test_a_lying_zip_is_read_in_bounded_memory(tmp_path: Path) -> None:
 def test_a_real_docx_still_reads_through_the_copy() -> None:
     doc = extract_file(REAL, REAL.name)
     assert doc.status == "ok" and "NULL" in doc.text
+
+
+def test_a_member_with_an_empty_name_fails_the_document_in_words(tmp_path: Path) -> None:
+    """Found by bench/fuzz.py (docx 7:4987): a NUL in the central directory gave a member with
+    an empty name, on which zipfile's is_dir() raised a bare IndexError."""
+    out = BytesIO()
+    with zipfile.ZipFile(REAL) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info))
+        dst.writestr(zipfile.ZipInfo(""), b"x")
+    damaged = tmp_path / "damaged.docx"
+    damaged.write_bytes(out.getvalue())
+    [doc] = list(extract_all([Candidate(damaged, "damaged.docx", "docx")], Limits()))
+    assert (doc.status, doc.stage) == ("failed", "extract")
+    assert "empty name" in doc.reason and "\n" not in doc.reason

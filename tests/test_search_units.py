@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbpack.search import code_like_terms, locator, rrf
+from kbpack.search import code_like_terms, foreign_query, locator, rrf
 
 
 def test_rrf_matches_hand_computed_example() -> None:
@@ -150,3 +150,22 @@ def test_copies_collapse_into_one_result_and_headings_are_no_answer(tmp_path) ->
         assert first.as_dict()["also"] == first.also
         assert "heads.md" not in docs_returned  # its only chunk is a heading and a rule
         assert "other.md" in docs_returned
+
+
+@pytest.mark.parametrize(
+    ("query", "foreign"),
+    [
+        ("Come si prepara il risotto alla milanese?", True),
+        ("Qual è l'orario di apertura dell'ufficio postale?", True),
+        ("BM25 e il dense retriever falliscono sulle stesse query?", True),
+        ("What does CPU stand for?", False),
+        ("Is the -wal file in the same directory as the database?", False),
+        ("SQLITE_BUSY", False),  # a bare identifier holds no function word of either language
+        ("graph layout", False),
+        ("ls -l", False),  # "-l" tokenizes to "l" too: one letter is no Italian
+    ],
+)
+def test_foreign_query_is_italian_function_words_and_no_english_one(
+    query: str, foreign: bool
+) -> None:
+    assert foreign_query(query) is foreign

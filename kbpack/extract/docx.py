@@ -82,6 +82,13 @@ def safe_copy(data: bytes, limits: Limits) -> bytes:
         zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as copy,
     ):
         for member in archive.infolist():
+            # a damaged central directory can yield an empty name, on which is_dir() raises
+            if not member.filename:
+                raise ExtractionError(
+                    "zip member with an empty name: the archive's central directory is "
+                    "damaged; save the document again from its editor",
+                    "extract",
+                )
             if member.is_dir():
                 continue
             if member.compress_type == zipfile.ZIP_DEFLATED:
