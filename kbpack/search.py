@@ -644,7 +644,18 @@ class Searcher:
         """The pack's vocabulary (term -> postings row), read once."""
         if self._lookup is None:
             r = self.r
-            self._lookup = TermLookup(r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS))
+            blob, offsets = r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS)
+            # a self-consistent but hostile pack (digests rewritten) can hold any offsets
+            if (
+                len(offsets) == 0
+                or offsets[0] != 0
+                or offsets[-1] != len(blob)
+                or (len(offsets) > 1 and bool((np.diff(offsets) < 0).any()))
+            ):
+                raise DamagedDataError(
+                    r.where, F.BM25_TERMS_OFFSETS, "not increasing from 0 to the terms' length"
+                )
+            self._lookup = TermLookup(blob, offsets)
         return self._lookup
 
     def doc_freq(self, term: str) -> int:

@@ -198,3 +198,33 @@ def test_an_unknown_marked_section_is_a_bogus_comment(tmp_path: Path, section: s
     assert doc.status == "ok", doc.reason
     assert doc.text.startswith("alpha")
     assert "beta gamma" in doc.text or section == "<![CDA"  # an unclosed one eats the rest
+
+
+def test_vocabulary_offsets_out_of_order_are_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 12:783: /bm25/terms_offsets poked, digests rewritten to match;
+    did-you-mean's np.repeat raised ValueError (negative lengths) in query."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+
+    def poke(values: Any) -> None:
+        values[len(values) // 2] = -5
+
+    rewrite(pack, F.BM25_TERMS_OFFSETS, poke)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf", cache=tmp_path / "cache")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and f"{F.BM25_TERMS_OFFSETS} is damaged" in r.stderr
+
+
+def test_an_attribute_name_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 11:12: flipped bits in an attribute name came back from h5py as
+    bytes, and the attributes digest failed sorting bytes beside str (TypeError)."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h.attrs.create(b"\xff\xfename", 1)
+    restamp(pack, "bytes")  # size and file hash match, as a mutant of the fuzzer has them
+    r = kbpack("inspect", str(pack), cache=tmp_path / "cache")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and "/ is damaged" in r.stderr

@@ -277,7 +277,9 @@ class PackReader:
             want = self.manifest.elements.get("/@attrs" if path == "/" else path + "@attrs")
             try:
                 actual = attrs_digest(raw)
-            except UnicodeError:  # a damaged UTF-8 string attribute decodes to surrogates
+            # a damaged UTF-8 string attribute decodes to surrogates; a damaged name comes
+            # back as bytes, which cannot be sorted beside the str names
+            except (UnicodeError, TypeError):
                 actual = ""
             if want is not None and actual != want:
                 raise DamagedDataError(
