@@ -19,6 +19,7 @@ import argparse
 import json
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,23 +35,8 @@ from kbpack.model.safetensors import read_safetensors
 from kbpack.rerank import Reranker
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    header: dict[str, object] = {}
-    blobs, offset = [], 0
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
-        header[name] = {
-            "dtype": "F32",
-            "shape": list(array.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"".join(blobs))
+sys.path.insert(0, str(ROOT / "tests"))
+from tiny_gguf import write_safetensors  # noqa: E402 - the tests' safetensors writer
 
 
 def minilm_cross_encoder(out: Path) -> Path:
