@@ -1,13 +1,14 @@
 """llama.cpp's CPU backend, for builds that pick it at run time.
 
 ``make install`` builds llama.cpp with its CPU code linked in, for AVX2 (``GGML_NATIVE=OFF``):
-portable, but it leaves AVX-512 out. ``make install-dispatch`` builds it with
-``GGML_BACKEND_DL=ON`` and a few CPU variants (``scripts/llama_dispatch_wheel.sh``): one
-``libggml-cpu-NAME.so`` per instruction-set level beside ``libllama.so``, the best one for the
-CPU chosen at run time. Such a build registers no backend by itself, and llama-cpp-python
-0.3.36 never asks ggml to load one, so every model load would fail. ``load_cpu_backend`` loads
-one, once per process, from the wheel's own ``lib`` folder, before kbpack's first model load;
-on a linked build it only checks that a backend is there.
+portable, but it leaves AVX-512 out. A build with ``GGML_BACKEND_DL=ON`` and
+``GGML_CPU_ALL_VARIANTS=ON`` has one ``libggml-cpu-NAME.so`` per instruction-set level instead,
+the best one for the CPU chosen at run time (bench/RESULTS.md, "Embedding"). Such a build
+registers no backend by itself, and llama-cpp-python 0.3.36 never asks ggml to load one, so
+every model load would fail. ``load_cpu_backend`` loads one, once per process, from the
+wheel's own ``lib`` folder (or the ``bin`` folder beside the package, where ggml's install
+rule puts them), before kbpack's first model load; on a linked build it only checks that a
+backend is there.
 
 The choice is ggml's own score (``ggml_backend_score``: 0 when the CPU lacks a variant's
 instructions, else higher for more of them), except that a variant built for AMX (score bit
