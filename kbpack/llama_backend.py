@@ -31,6 +31,7 @@ from kbpack.errors import ModelError
 # ggml-cpu/arch/x86/cpu-feats.cpp: `score += 1<<11` when the variant was built for AMX_INT8.
 AMX_SCORE_BIT = 1 << 11
 VARIANT_PREFIX = "libggml-cpu-"
+GGML_NAMES = ("libggml.so", "libggml.dylib", "ggml.dll")
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,14 @@ def load_cpu_backend(llama_cpp: Any) -> CpuBackend:
     with _lock:
         if _loaded is not None:
             return _loaded
-        lib = Path(llama_cpp.llama_cpp._base_path)
-        ggml = ctypes.CDLL(str(lib / "libggml.so"))  # the instance libllama.so already uses
+        # where llama-cpp-python loaded libllama from (LLAMA_CPP_LIB_PATH or its lib folder)
+        default = Path(llama_cpp.__file__).parent / "lib"
+        lib = Path(getattr(llama_cpp.llama_cpp, "_base_path", default))
+        found = [lib / n for n in GGML_NAMES if (lib / n).is_file()]
+        if not found:  # another layout: leave loading to llama.cpp, as before
+            _loaded = CpuBackend(variant=None)
+            return _loaded
+        ggml = ctypes.CDLL(str(found[0]))  # the instance libllama already uses
         ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
         if ggml.ggml_backend_reg_count() > 0:
             _loaded = CpuBackend(variant=None)
