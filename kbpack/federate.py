@@ -24,6 +24,7 @@ import numpy as np
 
 from kbpack.bm25_top import TermList
 from kbpack.copies import NEAR_THRESHOLD, Fingerprint, WordHashes, fingerprint, similarity
+from kbpack.dense import DenseScores
 from kbpack.errors import UsageError
 from kbpack.lexical import length_norms, query_terms, term_scores
 from kbpack.pack import format as F
@@ -153,10 +154,9 @@ class SetSearcher(Searcher):
         return merged
 
     # -- dense ---------------------------------------------------------------------------------
-    def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _scores(self, q: np.ndarray) -> DenseScores:
         # each pack scores its own chunks (with its pieces, if it has them)
-        parts = [m._scores(q) for m in self.members]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return DenseScores.concatenate([m._scores(q) for m in self.members], self.base[:-1])
 
     def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         score = np.empty(ids.size, np.float32)
