@@ -174,8 +174,14 @@ def _top_k_pruned(
         cut += 1
     if cut == 0:
         return None
-    for term in dense[cut:]:
-        partial += term.dense()
+    if cut < len(dense):
+        for term in dense[cut:]:
+            partial += term.dense()
+        if mask is not None:
+            partial *= mask
+        # these sums are floors too, and higher: a higher floor leaves fewer candidates
+        held = partial[partial > 0]
+        theta = max(theta, float(np.partition(held, len(held) - k)[len(held) - k]) * (1 - _SLACK))
     partial += left_out * (1 + _SLACK)
     if mask is not None:
         partial *= mask
