@@ -8,8 +8,10 @@ depth), interleaved query by query with the order alternating:
 * ``baked``: ``Searcher._bm25`` from a Searcher's third query on -- every posting's score baked
   once (``BM25Index``), each query one scatter-add per term and one partition;
 * ``first``: a fresh Searcher on the open pack -- the query's postings read from HDF5 (their
-  chunks decompressed and checksummed), the small columns (vocabulary, indptr, lengths) already
-  read by the reader: the BM25 work of a process's first query;
+  chunks decompressed and checksummed; the common terms as dense rows where the pack holds
+  ``/bm25/dense_tf``), the small columns (vocabulary, indptr, lengths) already read by the
+  reader: the BM25 work of a process's first query; ``first_postings`` the same with every
+  term read from its postings (``Searcher.use_dense = False``), as before the dense rows;
 * ``cold``: a new ``PackReader`` and Searcher per query -- what ``kbpack query --mode bm25``
   pays after its imports: header and manifest, the vocabulary, indptr and lengths read and
   digest-checked, then the postings;
@@ -99,6 +101,11 @@ def _measure(path: Path, texts: list[str], repeat: int, saved: Path) -> dict[str
     def first(q: str) -> Any:
         return Searcher(reader, None)._bm25(q, None)
 
+    def first_postings(q: str) -> Any:
+        s = Searcher(reader, None)
+        s.use_dense = False  # every term from its postings, as before /bm25/dense_tf
+        return s._bm25(q, None)
+
     def cold(q: str) -> Any:
         with PackReader(path) as r:
             return Searcher(r, None)._bm25(q, None)
@@ -120,6 +127,7 @@ def _measure(path: Path, texts: list[str], repeat: int, saved: Path) -> dict[str
     paths: dict[str, Callable[[str], Any]] = {
         "baked": lambda q: baked._bm25(q, None),
         "first": first,
+        "first_postings": first_postings,
         "cold": cold,
         "bm25s": theirs,
         "bm25s_load_mmap": loaded(True),
@@ -127,9 +135,9 @@ def _measure(path: Path, texts: list[str], repeat: int, saved: Path) -> dict[str
     }
     same, agree = True, []
     for q in texts:
-        a, b, c = paths["baked"](q), first(q), cold(q)
+        a, b, c, d = paths["baked"](q), first(q), cold(q), first_postings(q)
         same &= all(
-            x[0].tolist() == a[0].tolist() and x[1].tolist() == a[1].tolist() for x in (b, c)
+            x[0].tolist() == a[0].tolist() and x[1].tolist() == a[1].tolist() for x in (b, c, d)
         )
         share = agreement(a, theirs(q))
         if share is not None:
@@ -155,8 +163,10 @@ def _measure(path: Path, texts: list[str], repeat: int, saved: Path) -> dict[str
         "pack_bytes": path.stat().st_size,
         "median_ms": {name: round(v, 3) for name, v in med.items()},
         "ratio_to_bm25s": {
-            name: round(med[name] / med["bm25s"], 3) for name in ("baked", "first", "cold")
+            name: round(med[name] / med["bm25s"], 3)
+            for name in ("baked", "first", "first_postings", "cold")
         },
+        "dense_terms": int(reader.counts.get("dense_terms", 0)),
         # the first query of a process on both sides (the target): kbpack cold over
         # bm25s loading its saved index and answering
         "first_of_process": {
@@ -198,6 +208,7 @@ def render(report: dict[str, Any]) -> str:
     for r in report["rows"]:
         m, x, f = r["median_ms"], r["ratio_to_bm25s"], r["first_of_process"]
         cells = [f"{m[p]:8.2f} ({x[p]:5.2f})" for p in ("baked", "first")]
+        cells[1] += f" [postings {m['first_postings']:.2f}]"
         cells.append(f"{m['cold']:8.2f} ({f['cold_over_load_mmap']:5.2f})")
         lines.append(
             f"{r['chunks']:>9,} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {m['bm25s']:8.2f} "

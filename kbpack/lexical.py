@@ -28,13 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.bm25_top import TermList, summed, top_k_exact
+from kbpack.bm25_top import DenseTerm, Term, TermList, summed, top_k_exact
 from kbpack.bm25_top import top_k as top_k  # kept importable from here, where it used to live
 
 K1 = 1.2
 B = 0.75
 MAX_TOKEN_CHARS = 64
 _STRIDE = 32  # TermLookup: one sampled term per 32
+# A term held in at least 1/DENSE_SHARE of the chunks (and never more than MAX_DENSE_TF times in
+# one) is also stored as a dense tf row (spec §3.7.1): at 100k chunks 97 terms, 9.7 MB, and
+# ~90% of a question's postings (bench/RESULTS.md, "First query of a process").
+DENSE_SHARE = 8
+MAX_DENSE_TF = 255
 _MEMO_TERMS = 100_000  # BM25Index: query terms remembered
 
 # Han (incl. extensions and compatibility ideographs), Hiragana, Katakana (without the middle
@@ -268,6 +273,32 @@ class PostingsBuilder:
         )
 
 
+def dense_terms(indptr: np.ndarray, tf: np.ndarray, n_chunks: int) -> np.ndarray:
+    """Vocabulary rows (ascending, int32) of the terms stored as dense rows: held in at least
+    1/``DENSE_SHARE`` of the ``n_chunks`` chunks, with every tf <= ``MAX_DENSE_TF``."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    df = np.diff(indptr)
+    common = np.flatnonzero((df > 0) & (df * DENSE_SHARE >= n_chunks))
+    if not len(common):
+        return common.astype(np.int32)
+    most = np.array([int(np.max(tf[indptr[t] : indptr[t + 1]])) for t in common.tolist()])
+    return common[most <= MAX_DENSE_TF].astype(np.int32)
+
+
+def dense_rows(
+    indptr: np.ndarray, chunk: np.ndarray, tf: np.ndarray, n_chunks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, tf)`` of ``/bm25/dense_terms`` and ``/bm25/dense_tf``: the terms of
+    ``dense_terms`` and, for the j-th of them, its tf in chunk c at ``j * n_chunks + c``
+    (0 where it is absent), uint8."""
+    rows = dense_terms(indptr, tf, n_chunks)
+    out = np.zeros(len(rows) * n_chunks, dtype=np.uint8)
+    for j, t in enumerate(rows.tolist()):
+        lo, hi = int(indptr[t]), int(indptr[t + 1])
+        out[j * n_chunks + np.asarray(chunk[lo:hi], dtype=np.int64)] = tf[lo:hi]
+    return rows, out
+
+
 class TermLookup:
     """Term -> row number by binary search over a UTF-8 blob, without a Python list of terms.
 
@@ -463,24 +494,54 @@ def read_term_lists(
     norms: np.ndarray,
     k1: float = K1,
     analyzer_name: str | None = None,
-) -> list[TermList]:
+    dense: tuple[np.ndarray, Any] | None = None,
+) -> list[Term]:
     """The query's terms held by some chunk, in the query's order, each as a ``TermList``
     (contributions computed from the raw counts). ``indptr``, ``chunk`` and ``tf`` may be numpy
     arrays or h5py datasets: only the slices of the query's terms are read. ``norms`` is
-    ``length_norms(doc_len, k1, b)``, one per chunk."""
+    ``length_norms(doc_len, k1, b)``, one per chunk.
+
+    ``dense``: a pack's ``(/bm25/dense_terms, /bm25/dense_tf)``; the query's terms found there
+    are read as ``DenseTerm`` rows (n bytes each, uncompressed) instead of their postings, with
+    the same contributions to the bit."""
     n = len(norms)
     rows = [r for r in (lookup.find(t) for t in query_terms(query, analyzer_name)) if r is not None]
     if not rows or n == 0:
         return []
     spans = _bounds(rows, indptr)
+    out: list[Term | None] = [None] * len(rows)
+    if dense is not None:
+        held, rows_tf = dense
+        pos = np.searchsorted(held, rows)
+        at = [i for i, p in enumerate(pos.tolist()) if p < len(held) and held[p] == rows[i]]
+        if at:
+            got = _read(rows_tf, [(int(pos[i]) * n, (int(pos[i]) + 1) * n) for i in at])
+            for i, row in zip(at, got, strict=True):
+                # one df per call, as term_scores computes it (the same bits)
+                weight = idf_weights(np.array([spans[i][1] - spans[i][0]]), n, k1)[0]
+                out[i] = DenseTerm(row, weight, norms)
+    todo = [i for i in range(len(rows)) if out[i] is None]
+    some = [spans[i] for i in todo]
     if hasattr(chunk, "read_spans") and hasattr(tf, "read_spans"):
         # a pack's datasets (kbpack.pack.read.CheckedDataset): every span in one read each
-        ids, counts = chunk.read_spans(spans), tf.read_spans(spans)
-        return [
+        ids, counts = chunk.read_spans(some), tf.read_spans(some)
+        lists = [
             TermList(*term_scores(0, len(i), i, c, n, norms, k1))
             for i, c in zip(ids, counts, strict=True)
         ]
-    return [TermList(*term_scores(lo, hi, chunk, tf, n, norms, k1)) for lo, hi in spans]
+    else:
+        lists = [TermList(*term_scores(lo, hi, chunk, tf, n, norms, k1)) for lo, hi in some]
+    for i, term in zip(todo, lists, strict=True):
+        out[i] = term
+    return [t for t in out if t is not None]
+
+
+def _read(ds: Any, spans: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Rows ``lo:hi`` of ``ds`` for each span: one HDF5 read for a pack's dataset."""
+    if hasattr(ds, "read_spans"):
+        parts: list[np.ndarray] = ds.read_spans(spans)
+        return parts
+    return [np.asarray(ds[lo:hi]) for lo, hi in spans]
 
 
 def bm25_scores(

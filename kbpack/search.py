@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.bm25_top import TermList, scores_at, top_k_exact
+from kbpack.bm25_top import Term, scores_at, top_k_exact
 from kbpack.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
@@ -214,6 +214,10 @@ class Searcher:
         self._norms: np.ndarray | None = None
         self._index: BM25Index | None = None
         self._postings: tuple[TermLookup, np.ndarray, Any, Any] | None = None
+        self._dense_rows: tuple[np.ndarray, Any] | None = None
+        # False: read every term's postings even where the pack holds dense rows of the common
+        # terms (/bm25/dense_tf; bench/bm25_pack.py's comparison); set before the first query
+        self.use_dense = True
         self._bm25_queries = 0
         # the text -> terms rule the postings were built with; queries must use the same
         self.analyzer_name: str | None = reader.bm25_analyzer
@@ -255,7 +259,7 @@ class Searcher:
             ids, scores = ids[keep], scores[keep]
         return ids, scores
 
-    def _bm25_terms(self, query: str) -> list[TermList]:
+    def _bm25_terms(self, query: str) -> Sequence[Term]:
         """The query's terms held by some chunk, in the query's order, with their postings'
         BM25 contributions: what ``top_k_exact`` ranks and ``scores_at`` sums."""
         r = self.r
@@ -271,6 +275,7 @@ class Searcher:
                 r.dataset(F.BM25_CHUNK),
                 r.dataset(F.BM25_TF),
             )
+            self._dense_rows = r.bm25_dense() if self.use_dense else None
         self._bm25_queries += 1
         if self._bm25_queries == 2 and self._index is None:
             # A second query means batch mode or the API: bake every posting's score once (one
@@ -284,8 +289,11 @@ class Searcher:
             )
         if self._index is not None:
             return self._index.term_lists(query)
-        # One query: read only its terms' postings (indptr is one int per term, read whole).
-        return read_term_lists(query, *self._postings, self._norms, k1, self.analyzer_name)
+        # One query: read only its terms' postings (indptr is one int per term, read whole), the
+        # common ones as dense rows when the pack holds them.
+        return read_term_lists(
+            query, *self._postings, self._norms, k1, self.analyzer_name, dense=self._dense_rows
+        )
 
     def _query_vector(self, query: str) -> np.ndarray:
         """The query's unit vector, embedded once per query string."""
@@ -445,7 +453,7 @@ class Searcher:
         bm_ids, bm_scores = np.zeros(0, np.int64), np.zeros(0, np.float64)
         de_ids = np.zeros(0, np.int64)
         sims: np.ndarray | None = None
-        bm_terms: list[TermList] = []
+        bm_terms: Sequence[Term] = []
         if mode_used in ("hybrid", "bm25"):
             bm_terms = self._bm25_terms(query)
             bm_ids, bm_scores = top_k_exact(bm_terms, self.n_chunks(), CANDIDATES, mask)

@@ -68,7 +68,7 @@ def storage_violations(path: str, format_version: int) -> list[str]:
             if obj.compression or obj.fletcher32 or obj.shuffle:
                 bad.append(f"{path}: a string dataset with filters")
             return
-        packed = path not in ("/vectors/data", "/pieces/data", "/model/gguf")
+        packed = path not in ("/vectors/data", "/pieces/data", "/model/gguf", "/bm25/dense_tf")
         if not obj.fletcher32:
             bad.append(f"{path}: no fletcher32")
         if (obj.compression == "gzip") != packed or obj.shuffle != packed:
@@ -179,6 +179,30 @@ def tokenize_check(path: str) -> tuple[np.ndarray, list[str]]:
         terms = [blob[off[i] : off[i + 1]].decode() for i in range(len(off) - 1)]
         indptr = f["/bm25/indptr"][()]
     return np.diff(indptr), terms
+
+
+def dense_check(path: str) -> int | None:
+    """Spec §3.7.1: the common terms' dense rows are exactly the rule's terms and equal their
+    postings. The number of terms held; None when the pack has no dense rows."""
+    with h5py.File(path, "r", locking=False) as f:
+        if "dense_terms" not in f["/bm25"]:
+            assert "dense_tf" not in f["/bm25"]
+            return None
+        rows, dense = f["/bm25/dense_terms"][()], f["/bm25/dense_tf"][()]
+        indptr, chunk, tf = (f[f"/bm25/{k}"][()] for k in ("indptr", "chunk", "tf"))
+        n = len(f["/bm25/doc_len"])
+    want = [
+        t
+        for t in range(len(indptr) - 1)
+        if 8 * (indptr[t + 1] - indptr[t]) >= n and tf[indptr[t] : indptr[t + 1]].max() <= 255
+    ]
+    assert rows.tolist() == want, (rows.tolist(), want)
+    assert len(dense) == len(rows) * n
+    for j, t in enumerate(rows.tolist()):
+        row = np.zeros(n, dtype=np.int64)
+        row[chunk[indptr[t] : indptr[t + 1]]] = tf[indptr[t] : indptr[t + 1]]
+        assert dense[j * n : (j + 1) * n].tolist() == row.tolist(), t
+    return len(rows)
 
 
 def analyzer_check(path: str) -> tuple[str | None, set[str]]:

@@ -16,14 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbpack.bm25_top import TermList, scores_at, top_k_exact
+from kbpack.bm25_top import DenseTerm, TermList, _top_k_pruned, scores_at, top_k_exact
 from kbpack.lexical import (
+    DENSE_SHARE,
     SNOWBALL_ENGLISH,
     BM25Index,
     PostingsBuilder,
     TermLookup,
     analyzer,
     bm25_scores,
+    dense_rows,
     length_norms,
     read_term_lists,
     top_k,
@@ -89,7 +91,32 @@ def check_all_paths(
     full[every[0]] = every[1]
     assert scores_at(baked.term_lists(query), some).tolist() == full[some].tolist()
     assert scores_at(read, some).tolist() == full[some].tolist()
+    # The common terms read as dense rows (what a pack's /bm25/dense_tf holds), and any other
+    # choice of terms held dense: the same ids and scores, to the bit.
+    n = len(texts)
+    rule = dense_rows(p.indptr, p.chunk, p.tf, n)
+    every_term = np.arange(len(p.indptr) - 1)
+    for held in (rule[0], every_term, every_term[::2]):
+        rows, tf = _dense_of(p, n, held)
+        read = read_term_lists(
+            query, lookup, p.indptr, p.chunk, p.tf, norms, k1, analyzer_name, dense=(rows, tf)
+        )
+        assert_same(top_k_exact(read, n, k, mask), want)
+        assert scores_at(read, some).tolist() == full[some].tolist()
+        ids, scores = bm25_scores(
+            query, lookup, p.indptr, p.chunk, p.tf, p.doc_len, k1, b, None, None, analyzer_name
+        )
+        assert (ids.tolist(), scores.tolist()) == (every[0].tolist(), every[1].tolist())
     return want
+
+
+def _dense_of(p: object, n: int, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense tf rows of the terms ``held`` (vocabulary rows), laid out as /bm25/dense_tf."""
+    tf = np.zeros(len(held) * n, dtype=np.uint8)
+    for j, t in enumerate(held.tolist()):
+        lo, hi = int(p.indptr[t]), int(p.indptr[t + 1])  # type: ignore[attr-defined]
+        tf[j * n + p.chunk[lo:hi]] = p.tf[lo:hi]  # type: ignore[attr-defined]
+    return np.asarray(held, dtype=np.int64), tf
 
 
 words = st.sampled_from(
@@ -163,6 +190,50 @@ def test_top_k_equals_the_reference_on_a_zipf_corpus(k: int) -> None:
         assert_same(baked.top(query, k), reference((lookup, p), query, k, 1.2, 0.75, None, None))
 
 
+def test_dense_rows_hold_the_common_terms_exactly() -> None:
+    """The rule of spec §3.7.1: every term in at least 1/8 of the chunks (none above tf 255),
+    its row equal to its postings, 0 elsewhere."""
+    texts = [*zipf_corpus(800, 400, seed=3), "w0 " * 300]  # w0 300 times in the last chunk
+    lookup, p = build(texts)
+    n = len(texts)
+    rows, tf = dense_rows(p.indptr, p.chunk, p.tf, n)
+    df = np.diff(p.indptr)
+    w0 = lookup.find("w0")
+    want = [t for t in range(len(df)) if df[t] * DENSE_SHARE >= n and t != w0]
+    assert rows.tolist() == want and len(want) > 5
+    assert tf.shape == (len(rows) * n,) and tf.dtype == np.uint8
+    for j, t in enumerate(rows.tolist()):
+        row = np.zeros(n, dtype=np.int64)
+        row[p.chunk[p.indptr[t] : p.indptr[t + 1]]] = p.tf[p.indptr[t] : p.indptr[t + 1]]
+        assert tf[j * n : (j + 1) * n].tolist() == row.tolist()
+    # no chunks, no terms
+    empty = build([""])[1]
+    assert [a.size for a in dense_rows(empty.indptr, empty.chunk, empty.tf, 1)] == [0, 0]
+
+
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_dense_common_terms_are_pruned_and_exact(k: int) -> None:
+    """On a Zipf corpus the common terms' bounds are small beside a question's rare words: the
+    pruned path (not the full sum) answers, with the reference's ids and scores."""
+    texts = zipf_corpus(3000, 2000, seed=5)
+    lookup, p = build(texts)
+    n = len(texts)
+    norms = length_norms(p.doc_len)
+    dense = dense_rows(p.indptr, p.chunk, p.tf, n)
+    rng = random.Random(11)
+    pruned = 0
+    for _ in range(40):
+        query = " ".join(f"w{rng.choice([0, 1, 2, 3, 5, 8])}" for _ in range(4))
+        query += " " + " ".join(f"w{rng.randint(20, 400)}" for _ in range(3))
+        read = read_term_lists(query, lookup, p.indptr, p.chunk, p.tf, norms, dense=dense)
+        assert any(isinstance(t, DenseTerm) for t in read)
+        pruned += _top_k_pruned(read, n, k, None) is not None
+        assert_same(
+            top_k_exact(read, n, k), reference((lookup, p), query, k, 1.2, 0.75, None, None)
+        )
+    assert pruned >= 20
+
+
 def test_read_from_hdf5_datasets_equals_baked(tmp_path: Path) -> None:
     texts = zipf_corpus(400, 300, seed=2)
     lookup, p = build(texts)
@@ -190,16 +261,29 @@ def test_term_list_lookups_and_edges() -> None:
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
 
 
-@pytest.mark.parametrize("name", ["v1.kbpack", "v2.kbpack"])
+@pytest.mark.parametrize("name", ["v1.kbpack", "v2-0.2.0.kbpack", "v2.kbpack"])
 def test_a_packs_first_query_equals_its_baked_queries(name: str) -> None:
     """A Searcher's first query reads its postings from HDF5 (one read per dataset for all the
-    query's terms); from the second on it uses the baked index: the same ids and scores."""
+    query's terms; the common terms as dense rows where the pack holds them); from the second
+    on it uses the baked index: the same ids and scores, and the same as reading every term's
+    postings. Packs written before the dense rows (v1, 0.2.0) are read from postings alone."""
     from kbpack.pack.read import PackReader
     from kbpack.search import Searcher
 
     queries = ["the cache", "zlib compression level", "cookie file format", "nothing-here", ""]
+    queries += ["the of and a to in is", "the pypdf page of a file", "NULL values in SQL"]
     with PackReader(GOLDEN / name) as r:
+        assert (r.bm25_dense() is not None) == (name == "v2.kbpack")
         first = [Searcher(r, None)._bm25(q, None) for q in queries]
+        for q, want in zip(queries, first, strict=True):
+            postings_only = Searcher(r, None)
+            postings_only.use_dense = False
+            assert_same(postings_only._bm25(q, None), want)
+            some = np.arange(r.counts["chunks"])
+            one = Searcher(r, None)
+            assert scores_at(one._bm25_terms(q), some).tolist() == (
+                scores_at(postings_only._bm25_terms(q), some).tolist()
+            )
         baked = Searcher(r, None)
         baked._bm25("warm", None)
         for q, want in zip(queries, first, strict=True):

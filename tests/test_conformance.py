@@ -45,6 +45,8 @@ def _agree(path: Path) -> int:
         assert all(exact == equal for _, exact, equal in group)
     manifest = ind.read_manifest(str(path))
     assert ind.storage_violations(str(path), manifest["format_version"]) == []
+    dense = ind.dense_check(str(path))  # spec §3.7.1: the rule's terms, rows = postings
+    assert (dense is None) == ("dense_terms" not in manifest["counts"])
     lengths, terms = ind.tokenize_check(str(path))
     assert terms == sorted(terms, key=lambda t: t.encode()) and (lengths >= 1).all()
     return len(chunks)

@@ -304,6 +304,16 @@ def _with_fixed_digests(pack: Path, tmp_path: Path, edit: Callable[[h5py.File], 
             ("bm25-postings", F.BM25_CHUNK),
         ),
         (
+            "a common term's dense tf row differs from its postings",
+            lambda h: h[F.BM25_DENSE_TF].__setitem__(0, h[F.BM25_DENSE_TF][0] + 1),
+            ("bm25-dense", F.BM25_DENSE_TF),
+        ),
+        (
+            "dense rows of a term the rule does not pick",
+            lambda h: h[F.BM25_DENSE_TERMS].__setitem__(0, h[F.BM25_DENSE_TERMS][0] + 1),
+            ("bm25-dense", F.BM25_DENSE_TERMS),
+        ),
+        (
             "tf and doc_len agree with each other but not with the text",
             lambda h: (
                 h[F.BM25_TF].__setitem__(0, h[F.BM25_TF][0] + 1),

@@ -100,6 +100,10 @@ BM25_INDPTR = "/bm25/indptr"
 BM25_CHUNK = "/bm25/chunk"
 BM25_TF = "/bm25/tf"
 BM25_DOC_LEN = "/bm25/doc_len"
+# optional (spec §3.7.1): the most common terms' frequencies as one dense row per term, so a
+# process's first query reads a stopword as N bytes instead of inflating 8 bytes per posting
+BM25_DENSE_TERMS = "/bm25/dense_terms"
+BM25_DENSE_TF = "/bm25/dense_tf"
 
 # --- attributes of groups --------------------------------------------------------------------
 M_NAME = "name"
@@ -252,6 +256,20 @@ ELEMENTS: tuple[Element, ...] = (
     _ds(BM25_CHUNK, "i4", "postings", "chunk row of each posting, ascending within a term"),
     _ds(BM25_TF, "i4", "postings", "raw term frequency of each posting"),
     _ds(BM25_DOC_LEN, "i4", "chunks", "number of tokens in each chunk's content"),
+    _ds(
+        BM25_DENSE_TERMS,
+        "i4",
+        "dense_terms",
+        "vocabulary rows of the terms held in at least 1/8 of the chunks, ascending",
+        optional=True,
+    ),
+    _ds(
+        BM25_DENSE_TF,
+        "u1",
+        "dense_tf",
+        "tf of dense_terms[j] in chunk c at row j * chunks + c (0: absent); uncompressed",
+        optional=True,
+    ),
     Element(SEARCH, "search-settings", "query defaults: refusal threshold and its provenance"),
     Element(
         PIECES,
@@ -312,5 +330,6 @@ COUNT_KEYS = (
     "model_bytes",
 )
 # Counts present only in packs that hold the element they count (/pieces: build --pieces;
-# /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs).
-OPTIONAL_COUNT_KEYS = ("pieces", "copies")
+# /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs; /bm25/dense_*: written
+# since issue 19's first-query work, absent from older packs).
+OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf")

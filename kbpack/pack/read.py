@@ -192,6 +192,7 @@ ROW_REFERENCES: dict[str, tuple[str, int]] = {
     F.CHUNK_SECTION: ("sections", 0),
     F.PIECE_CHUNK: ("chunks", 0),
     F.BM25_CHUNK: ("chunks", 0),
+    F.BM25_DENSE_TERMS: ("terms", 0),
 }
 
 
@@ -422,6 +423,24 @@ class PackReader:
                 raise DamagedDataError(self.where, path, "holds invalid UTF-8") from e
         out: list[str] = self._cache[path]
         return out
+
+    def bm25_dense(self) -> tuple[np.ndarray, CheckedDataset] | None:
+        """``/bm25/dense_terms`` (read whole, digest-checked) and ``/bm25/dense_tf`` (sliced per
+        query term), spec §3.7.1; None when the pack lacks them (packs written before them)."""
+        with hdf5_errors(self.where):
+            present = F.BM25_DENSE_TERMS in self.h5 and F.BM25_DENSE_TF in self.h5
+        if not present:
+            return None
+        rows = self.column(F.BM25_DENSE_TERMS).astype(np.int64)
+        tf = self.dataset(F.BM25_DENSE_TF)
+        n = int(self.counts.get("chunks", 0))
+        if len(rows) > 1 and bool((np.diff(rows) <= 0).any()):
+            raise DamagedDataError(self.where, F.BM25_DENSE_TERMS, "rows are not ascending")
+        if len(tf) != len(rows) * n:
+            raise DamagedDataError(
+                self.where, F.BM25_DENSE_TF, f"{len(tf)} rows, not {len(rows)} terms x {n} chunks"
+            )
+        return rows, tf
 
     def dataset(self, path: str) -> Any:
         """The dataset (a ``CheckedDataset``: sliced like h5py's, and a damaged read names the

@@ -8,8 +8,10 @@ One helper, ``create_dataset``, is used by every writer so that no dataset escap
 * integer and byte columns (postings, offsets, the vocabulary) also go through **shuffle +
   deflate**: postings are small ascending integers whose high bytes are mostly zero, so they
   shrink several times (bench/size.py); float vectors (random mantissas: deflate saves almost
-  nothing and costs a decompression on every dense scan) and the embedded GGUF (already dense
-  float16 weights) are only checksummed;
+  nothing and costs a decompression on every dense scan), the embedded GGUF (already dense
+  float16 weights) and the common terms' dense tf rows (``/bm25/dense_tf``: a query reads a
+  whole row per common term, and inflating it cost ~20x the plain read, bench/RESULTS.md) are
+  only checksummed;
 * the first dimension is unlimited, because HDF5 cannot chunk a fixed zero-length dimension and
   packs do have empty columns (no pages, no failed documents).
 
@@ -34,7 +36,7 @@ DEFLATE_LEVEL = 4  # postings + offsets of 100k chunks (68.6 MB raw): 11.9 MB at
 #   4, 10.95 at 9, which took 6x level 4's time to write
 
 # Elements stored checksummed but not compressed (see the module docstring for why).
-UNCOMPRESSED = frozenset({F.VEC_DATA, F.PIECE_DATA, F.MODEL_GGUF})
+UNCOMPRESSED = frozenset({F.VEC_DATA, F.PIECE_DATA, F.MODEL_GGUF, F.BM25_DENSE_TF})
 
 
 def checksummed(path: str) -> bool:

@@ -347,6 +347,11 @@ class PackWriter:
         terms = sum(len(t.encode()) + 16 for t in postings.terms) if postings else 0
         model = self.gguf.stat().st_size if (self.gguf and self.model) else 0
         n_strings = len(self._text_lens) * len(_DOC_STR) + self._n_sections
+        from kbpack.lexical import DENSE_SHARE
+
+        # the common terms' dense tf rows, uncompressed: one byte per chunk each
+        df = np.diff(np.asarray(postings.indptr)) if postings is not None else np.zeros(0)
+        dense = int((df * DENSE_SHARE >= max(1, self._n_chunks)).sum()) * self._n_chunks
         return (
             F.USERBLOCK_SIZE
             + 256 * 1024  # HDF5 metadata: object headers, chunk indexes (golden pack: ~150 KB)
@@ -356,6 +361,7 @@ class PackWriter:
             + self._n_pieces * 20 // 4  # piece offsets
             + model
             + (n_postings * 8 + terms) // 4
+            + dense
             + self._n_chunks * 40 // 4
             + self._n_sections * 40
             + len(self._text_lens) * 256  # names, paths, hashes, titles
@@ -450,7 +456,7 @@ class PackWriter:
         d = self._docs
         statuses = d["status"]
         n_terms = len(postings.terms)
-        from kbpack.lexical import TermLookup
+        from kbpack.lexical import TermLookup, dense_rows
 
         lookup = TermLookup.from_terms(postings.terms)
         model_bytes = self.gguf.stat().st_size if (self.gguf and self.model) else 0
@@ -471,6 +477,12 @@ class PackWriter:
         }
         if self.pieces:
             counts["pieces"] = self._n_pieces
+        # the common terms' dense tf rows (spec §3.7.1), derived from the postings
+        dense_terms, dense_tf = dense_rows(
+            postings.indptr, postings.chunk, postings.tf, self._n_chunks
+        )
+        counts["dense_terms"] = int(dense_terms.size)
+        counts["dense_tf"] = int(dense_tf.size)
         copies = self._copy_groups
         if copies is not None:
             counts["copies"] = int(copies.chunk.size)
@@ -568,6 +580,8 @@ class PackWriter:
             put(F.BM25_CHUNK, np.asarray(postings.chunk, dtype="<i4"))
             put(F.BM25_TF, np.asarray(postings.tf, dtype="<i4"))
             put(F.BM25_DOC_LEN, np.asarray(postings.doc_len, dtype="<i4"))
+            put(F.BM25_DENSE_TERMS, np.asarray(dense_terms, dtype="<i4"))
+            put(F.BM25_DENSE_TF, np.asarray(dense_tf, dtype="u1"))
             if self.dims:
                 self._write_vectors(h, elements)
                 if self.gguf and self.model:

@@ -134,6 +134,7 @@ CODES: dict[str, str] = {
     "bm25-terms": "vocabulary not valid UTF-8, empty, or not strictly sorted",
     "bm25-postings": "indptr, chunk ids or tf out of range or order",
     "bm25-doc-len": "document lengths differ from the postings' term counts",
+    "bm25-dense": "the common terms' dense tf rows differ from the postings or the rule",
     "bm25-content-mismatch": "postings differ from the re-tokenised chunk content",
     "check-failed": "an invariant check could not run on this data",
     "set-invalid": "a pack set member whose manifest 'set' is malformed",
