@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbpack.pieces import PIECE_WEIGHT
 from kbpack.vector_scan import StoredRows, scan
+
+PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)
 
 
 @dataclass(frozen=True)
