@@ -561,7 +561,7 @@ class Searcher:
             results.append(res)
             ids.append(c)
         for c, res in zip(ids, results, strict=True):
-            self._list_copies(c, res)
+            self._list_copies(c, res, context=context)
         if sims is not None:
             self._check_dense(query, ids)
         if top and results:
@@ -627,13 +627,22 @@ class Searcher:
             return []
         return [int(x) for x in np.flatnonzero(groups == groups[chunk]) if x != chunk]
 
-    def chunk_locator(self, chunk: int) -> str:
-        """The citation of ``chunk`` (what ``Result.locator`` would say)."""
+    def chunk_locator(self, chunk: int, context: str = "chunk") -> str:
+        """The citation of ``chunk`` as ``Result.locator`` says it for ``context``: the
+        chunk's characters, or (``"section"``) its whole section's."""
         r = self.r
         doc = int(r.column(F.CHUNK_DOCUMENT)[chunk])
-        start, end = int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
+        start, end = self._span(chunk, context)
         page = int(r.column(F.CHUNK_PAGE)[chunk]) or None
         return locator(r.strings(F.DOC_NAME)[doc], start, end, page)
+
+    def _span(self, chunk: int, context: str) -> tuple[int, int]:
+        """``[from, to)`` of ``chunk`` in its document's text, or of its section's."""
+        r = self.r
+        if context == "section":
+            sec = int(r.column(F.CHUNK_SECTION)[chunk])
+            return int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
+        return int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
 
     def _near_copy_in(
         self, chunk: int, res: Result, ids: list[int], shown: list[Result]
@@ -643,13 +652,16 @@ class Searcher:
         results of different packs (``SetSearcher``)."""
         return None
 
-    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+    def _list_copies(
+        self, chunk: int, res: Result, prefix: str = "", context: str = "chunk"
+    ) -> None:
         """Add the stored group's other members to ``res.also`` (after those collapsed into
-        it, up to ``ALSO_MAX``): every place the passage is, whether it ranked or not."""
+        it, up to ``ALSO_MAX``): every place the passage is, whether it ranked or not, cited
+        as the result is (``context``: a section's locator for ``--context section``)."""
         for other in self.copy_members(chunk):
             if len(res.also) >= ALSO_MAX:
                 break
-            where = prefix + self.chunk_locator(other)
+            where = prefix + self.chunk_locator(other, context)
             if where not in res.also and where != prefix + res.locator:
                 res.also.append(where)
 
@@ -788,10 +800,8 @@ class Searcher:
         r = self.r
         doc = int(r.column(F.CHUNK_DOCUMENT)[c])
         sec = int(r.column(F.CHUNK_SECTION)[c])
-        start, end = int(r.column(F.CHUNK_FROM)[c]), int(r.column(F.CHUNK_TO)[c])
+        start, end = self._span(c, context)
         page = int(r.column(F.CHUNK_PAGE)[c]) or None
-        if context == "section":
-            start, end = int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
         name = r.strings(F.DOC_NAME)[doc]
         content = r.text(doc)[start:end]
         return Result(
