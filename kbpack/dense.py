@@ -10,15 +10,22 @@ sentence must not make an off-topic chunk look closer than it is.
 
 Vectors are scanned as stored, float16, block by block (``kbpack/vector_scan.py``): neither the
 chunk vectors nor the pieces (~4x as many) are ever held as a float32 matrix.
+
+A query scans every row once, against the query rounded to float16 (``scan_rounded``): each
+score is then within a bound ``error`` of the float32 reference's (``rounding_error``, ~3e-4 for
+384 dims). ``DenseScores.top`` re-scores in float32 every row whose rounded score is within
+``2 * error`` of the n-th best, which holds every row of the exact top n (proof in ``top``), so
+the top n it returns, their order and their scores are the float32 scan's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from kbpack.vector_scan import StoredRows, scan
+from kbpack.vector_scan import StoredRows, rows_of, scan, scan_rounded, sorted_unique
 
 PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)
 
@@ -56,6 +63,104 @@ def chunk_scores(
     return (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT), cos
 
 
+def rounded_chunk_scores(
+    chunk_vectors: np.ndarray | StoredRows, q: np.ndarray, pieces: PieceIndex | None
+) -> DenseScores:
+    """``chunk_scores`` in one float16 pass over the rows, each score within ``error`` of the
+    exact one, with what ``DenseScores`` needs to re-score any chunk exactly."""
+    cos, error = scan_rounded(chunk_vectors, q)
+    score = cos
+    if pieces is not None and pieces.owners.size:
+        piece_cos, piece_error = scan_rounded(pieces.vectors, q)
+        error = max(error, piece_error)
+        best = cos.copy()
+        best[pieces.owners] = np.maximum.reduceat(piece_cos, pieces.starts)
+        # |blend - exact| <= (e + w e) / (1 + w) = e: the blend keeps the bound
+        score = (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT)
+    else:
+        cos = cos.copy()  # score and cos are patched apart (the same array without pieces)
+
+    def rescore(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return exact_scores(chunk_vectors, q, pieces, ids, rows_of)
+
+    return DenseScores(score, cos, error, rescore)
+
+
+Rescore = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class DenseScores:
+    """(score, cos) of every chunk for one query: exact (float32, as ``chunk_scores``) on the
+    rows ``exact`` marks, within ``error`` of it on the others. ``rescore(ids)`` gives the
+    exact (score, cos) of chunks ``ids``; ``top`` and ``make_exact`` patch them in."""
+
+    score: np.ndarray
+    cos: np.ndarray
+    error: float
+    rescore: Rescore
+    exact: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.exact = np.full(self.score.size, self.error == 0.0)
+
+    @classmethod
+    def concatenate(cls, parts: list[DenseScores], base: np.ndarray) -> DenseScores:
+        """One list of several packs' (a set's): chunk ``i`` of ``parts[j]`` is ``base[j] + i``."""
+
+        def rescore(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            score = np.empty(ids.size, np.float32)
+            cos = np.empty(ids.size, np.float32)
+            which = np.searchsorted(base, ids, side="right") - 1
+            for j, part in enumerate(parts):
+                at = np.flatnonzero(which == j)
+                if at.size:
+                    score[at], cos[at] = part.rescore(ids[at] - base[j])
+            return score, cos
+
+        out = cls(
+            np.concatenate([p.score for p in parts]),
+            np.concatenate([p.cos for p in parts]),
+            max((p.error for p in parts), default=0.0),
+            rescore,
+        )
+        out.exact = np.concatenate([p.exact for p in parts])
+        return out
+
+    def make_exact(self, ids: np.ndarray) -> None:
+        """Replace the scores of chunks ``ids`` with the exact ones (once per chunk)."""
+        ids = sorted_unique(ids)
+        todo = ids[~self.exact[ids]]
+        if todo.size:
+            self.score[todo], self.cos[todo] = self.rescore(todo)
+            self.exact[todo] = True
+
+    def top(self, n: int, mask: np.ndarray | None = None) -> np.ndarray:
+        """Ids of the ``n`` best chunks (within ``mask``), best first, ties by id: the exact
+        scan's, with their exact scores patched in.
+
+        Why it is exact: let ``t`` be the n-th best rounded score. At least n rows have a
+        rounded score >= t, so an exact score >= t - error; so the n-th best exact score ``E``
+        is >= t - error. A row whose exact score is >= E has a rounded score >= E - error >=
+        t - 2 error: it is re-scored. A row left unscored has a rounded score < t - 2 error,
+        so an exact score < t - error <= E, and its rounded score < E as well: it cannot enter
+        the top n, nor tie with its last row.
+        """
+        sims = self.score if mask is None else np.where(mask, self.score, -np.inf)
+        m = min(n, int(np.isfinite(sims).sum()))
+        if m == 0:
+            return np.zeros(0, np.int64)
+        if m < sims.size:
+            nth = -np.partition(-sims, m - 1)[m - 1]
+            rows = np.flatnonzero(sims >= nth - 2.0 * self.error)
+        else:
+            rows = np.flatnonzero(np.isfinite(sims))
+        self.make_exact(rows)
+        # every row of the top n is among ``rows``, and every row left out scores below it
+        order = np.lexsort((rows, -self.score[rows]))[:m]
+        return rows[order]
+
+
 def checked_scores(
     chunk_vectors: np.ndarray | StoredRows,
     q: np.ndarray,
@@ -64,23 +169,41 @@ def checked_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``chunk_scores`` of the chunks ``ids`` alone, from vectors read through HDF5's checksum
     (float32, numpy): what a search re-scores its results with (``kbpack/vector_scan.py``)."""
+    return exact_scores(chunk_vectors, q, pieces, ids, _checked_rows)
+
+
+def exact_scores(
+    chunk_vectors: np.ndarray | StoredRows,
+    q: np.ndarray,
+    pieces: PieceIndex | None,
+    ids: np.ndarray,
+    read: Callable[[np.ndarray | StoredRows, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``chunk_scores`` of the chunks ``ids`` alone (float32, numpy), their rows read by
+    ``read(vectors, rows)``."""
     ids = np.asarray(ids, dtype=np.int64)
     q = np.asarray(q, dtype=np.float32)
-    cos = _rows(chunk_vectors, ids) @ q
+    cos = read(chunk_vectors, ids) @ q
     if pieces is None or pieces.owners.size == 0:
-        return cos, cos
+        return cos, cos.copy()
     best = cos.copy()
     n_pieces = len(pieces.vectors)
     at = np.searchsorted(pieces.owners, ids)
-    for i, (c, j) in enumerate(zip(ids, at, strict=True)):
-        if j < pieces.owners.size and pieces.owners[j] == c:
-            end = pieces.starts[j + 1] if j + 1 < pieces.starts.size else n_pieces
-            rows = np.arange(pieces.starts[j], end)
-            best[i] = float(np.max(_rows(pieces.vectors, rows) @ q))
+    has = at < pieces.owners.size
+    has[has] = pieces.owners[at[has]] == ids[has]
+    if has.any():
+        which = at[has]
+        starts = pieces.starts[which]
+        ends = np.append(pieces.starts, n_pieces)[which + 1]
+        # every owner's piece rows, end to end, and the max over each owner's run
+        runs = np.repeat(starts - np.r_[0, np.cumsum(ends - starts)[:-1]], ends - starts)
+        rows = np.arange(runs.size) + runs
+        piece_cos = read(pieces.vectors, rows) @ q
+        best[has] = np.maximum.reduceat(piece_cos, np.r_[0, np.cumsum(ends - starts)[:-1]])
     return (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT), cos
 
 
-def _rows(vectors: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:
+def _checked_rows(vectors: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:
     if isinstance(vectors, StoredRows):
         return vectors.checked_rows(ids)
     return np.asarray(vectors[ids], dtype=np.float32)

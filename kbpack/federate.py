@@ -24,6 +24,7 @@ import numpy as np
 
 from kbpack.bm25_top import TermList
 from kbpack.copies import NEAR_THRESHOLD, Fingerprint, WordHashes, fingerprint, similarity
+from kbpack.dense import DenseScores
 from kbpack.errors import UsageError
 from kbpack.lexical import length_norms, query_terms, term_scores
 from kbpack.pack import format as F
@@ -153,10 +154,9 @@ class SetSearcher(Searcher):
         return merged
 
     # -- dense ---------------------------------------------------------------------------------
-    def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _scores(self, q: np.ndarray) -> DenseScores:
         # each pack scores its own chunks (with its pieces, if it has them)
-        parts = [m._scores(q) for m in self.members]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return DenseScores.concatenate([m._scores(q) for m in self.members], self.base[:-1])
 
     def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         score = np.empty(ids.size, np.float32)
@@ -269,9 +269,14 @@ class PackSet:
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
+        from kbpack.set_publish import committed_members
+
+        given = [Path(p) for p in paths]
+        # a set's members are those of the set its member 001 commits (kbpack/set_publish.py)
+        files, self.set_notes = committed_members(given)
         self.readers: list[PackReader] = []
         try:
-            for p in paths:
+            for p in files:
                 self.readers.append(PackReader(p))
         except BaseException:
             self.close()
@@ -310,6 +315,7 @@ class PackSet:
                 embedder, notes = resolve_embedder(
                     self.readers[0], self._model_arg, threads=self._threads
                 )
+            notes.extend(self.set_notes)
             notes.extend(_incomplete_sets(self.readers))
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kbpack.bm25_top import TermList, scores_at, top_k_exact
-from kbpack.dense import PieceIndex, checked_scores, chunk_scores
+from kbpack.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
 from kbpack.lexical import (
@@ -236,7 +236,7 @@ class Searcher:
         # False: ignore the pack's stored copy groups (/copies) and collapse identical words
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
-        self._dense_cache: tuple[str, np.ndarray, np.ndarray] | None = None
+        self._dense_cache: tuple[str, DenseScores] | None = None
         self._ahead: ModelLoad | None = None  # the finished load, holding the query it embedded
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
@@ -340,21 +340,30 @@ class Searcher:
         The one place dense rankings come from: ``_dense`` and hybrid fusion read it. In a pack
         with pieces it blends each chunk's cosine with its best piece's (``kbpack/dense.py``);
         otherwise it is the cosine. The refusal gate reads ``dense_distances`` instead.
+        Exact (the float32 scan's) on the top ``CANDIDATES`` and on every chunk a search reads;
+        elsewhere within ``DenseScores.error`` of it (``kbpack/dense.py``).
         """
         return self._dense_pair(query)[0]
 
     def dense_distances(self, query: str) -> np.ndarray:
         """Cosine distance of the query to every chunk's own vector: what the refusal threshold
-        (and calibration) reads, with or without pieces."""
+        (and calibration) reads, with or without pieces. Exact where ``dense_similarities``
+        is."""
         return 1.0 - self._dense_pair(query)[1]
 
     def _dense_pair(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """(dense score, chunk cosine) of every chunk, computed once per query string."""
+        """(dense score, chunk cosine) of every chunk (``dense_similarities``)."""
+        d = self._dense_scores(query)
+        return d.score, d.cos
+
+    def _dense_scores(self, query: str) -> DenseScores:
+        """The query's ``DenseScores``, computed once per query string; its top ``CANDIDATES``
+        (no filter) exact from the start."""
         if self._dense_cache is None or self._dense_cache[0] != query:
-            score, cos = self._scores(self._query_vector(query))
+            d = self._scores(self._query_vector(query))
             # a NaN or infinite component (a pack whose digests were rewritten to match: only
             # verify's invariants would say so) must be one line, not a fusion ValueError
-            for element, values in ((F.VEC_DATA, cos), (F.PIECE_DATA, score)):
+            for element, values in ((F.VEC_DATA, d.cos), (F.PIECE_DATA, d.score)):
                 bad = np.flatnonzero(~np.isfinite(values))
                 if bad.size:
                     raise DamagedDataError(
@@ -362,12 +371,14 @@ class Searcher:
                         element,
                         f"the vectors of chunk {int(bad[0])} are not finite (NaN or infinity)",
                     )
-            self._dense_cache = (query, score, cos)
-        return self._dense_cache[1], self._dense_cache[2]
+            d.top(CANDIDATES)
+            self._dense_cache = (query, d)
+        return self._dense_cache[1]
 
-    def _scores(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(dense score, cosine) of the unit query vector for every chunk of this pack."""
-        return chunk_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces())
+    def _scores(self, q: np.ndarray) -> DenseScores:
+        """(dense score, cosine) of the unit query vector for every chunk of this pack, from one
+        float16 pass over the vectors (exact where ``DenseScores`` says)."""
+        return rounded_chunk_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces())
 
     def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``_scores`` of the chunks ``ids`` from vectors read through HDF5's checksum."""
@@ -408,7 +419,7 @@ class Searcher:
 
     def _dense(self, query: str, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The dense top ``CANDIDATES``: (chunk ids, cosine distances), best first."""
-        top = _top_similar(self.dense_similarities(query), mask)
+        top = self._dense_scores(query).top(CANDIDATES, mask)
         return top, self.dense_distances(query)[top]
 
     # -- filters -----------------------------------------------------------------------------
@@ -491,7 +502,7 @@ class Searcher:
             gate = None
         if mode_used in ("hybrid", "dense"):
             sims = self.dense_similarities(query)
-            de_ids = _top_similar(sims, mask)
+            de_ids = self._dense_scores(query).top(CANDIDATES, mask)
         bm_rank = {int(c): i + 1 for i, c in enumerate(bm_ids)}
         de_rank = {int(c): i + 1 for i, c in enumerate(de_ids)}
 
@@ -499,6 +510,7 @@ class Searcher:
         if mode_used == "hybrid":
             assert sims is not None
             candidates = sorted_unique(np.concatenate((de_ids, bm_ids)))
+            self._dense_scores(query).make_exact(candidates)  # the BM25 ones may not be yet
             # BM25 of every candidate, not only of the BM25 top 100 (0 = no shared term)
             lexical = scores_at(bm_terms, candidates)
             fused_ids, fused = convex(candidates, sims[candidates], lexical)

@@ -217,3 +217,118 @@ def test_chunks_at_odd_offsets_are_scanned_in_place(tmp_path: Path, stored: Stor
     finally:
         rows.close()
         h.close()
+
+
+def test_the_norm_bound_is_verify_s() -> None:
+    """The one-pass scan's error bound assumes verify's norm tolerance (kept apart so that a
+    query does not import verify)."""
+    from kbpack.vector_scan import NORM_TOLERANCE as SCAN_NORM_TOLERANCE
+    from kbpack.verify.digests import NORM_TOLERANCE
+
+    assert SCAN_NORM_TOLERANCE == NORM_TOLERANCE
+
+
+def exact_top(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> list[int]:
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+        k = min(k, int(mask.sum()))
+    return top(scores, k)
+
+
+@pytest.mark.parametrize("use_simsimd", [True, False])
+def test_one_pass_scan_stays_within_its_bound(stored: Stored, use_simsimd: bool) -> None:
+    path, chunks, _, _ = stored
+    if use_simsimd and simsimd_module() is None:
+        pytest.skip("simsimd is not installed here")
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        for q in queries():
+            got, error = rows.scan_bounded(q, use_simsimd=use_simsimd, rounded=True)
+            want = reference(chunks, q)
+            assert got.dtype == np.float32
+            # (0 means "the float32 scan": it and the reference round apart by ~1e-8)
+            assert np.abs(got - want).max() <= error + 1e-6
+            if use_simsimd:  # the query rounded to float16: a bound of a few 1e-4, not 0
+                assert 0 < error < 1e-3
+                assert np.abs(got - want).max() > 1e-6  # it is not the exact scan
+            else:  # numpy converts each block: it is the exact scan
+                assert error == 0.0
+    finally:
+        rows.close()
+        h.close()
+
+
+def test_rows_as_scanned_equal_the_checked_rows(stored: Stored) -> None:
+    path, chunks, _, _ = stored
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        ids = np.array([2999, 0, 341, 340, 1234, 1234, 682])  # chunk edges, a repeat, unsorted
+        np.testing.assert_array_equal(rows.rows(ids), rows.checked_rows(ids))
+        np.testing.assert_array_equal(rows.rows(ids), chunks[ids].astype(np.float32))
+        assert rows.rows(np.zeros(0, np.int64)).shape == (0, DIMS)
+    finally:
+        rows.close()
+        h.close()
+
+
+@pytest.mark.parametrize("with_pieces", [False, True])
+def test_one_pass_top_equals_the_exact_top(stored: Stored, with_pieces: bool) -> None:
+    """The top 100 (ids, order, scores) from the one-pass scan and its re-score equal the exact
+    scan's, with and without pieces and a filter; so do the scores of any chunk made exact."""
+    from kbpack.dense import rounded_chunk_scores
+
+    path, chunks, pieces, owner = stored
+    hc, crow = open_rows(path, F.VEC_DATA)
+    hp, prow = open_rows(path, F.PIECE_DATA)
+    mask = np.random.default_rng(5).random(N_CHUNKS) < 0.3
+    try:
+        index = PieceIndex.from_columns(prow, owner) if with_pieces else None
+        memory = PieceIndex.from_columns(pieces.astype(np.float32), owner) if with_pieces else None
+        for q in queries():
+            want_score, want_cos = chunk_scores(chunks.astype(np.float32), q, memory)
+            for m in (None, mask):
+                d = rounded_chunk_scores(crow, q, index)
+                assert d.error > 0 and not d.exact.all()
+                got = d.top(TOP, m)
+                assert got.tolist() == exact_top(want_score, TOP, m)
+                np.testing.assert_allclose(d.score[got], want_score[got], atol=1e-6)
+                np.testing.assert_allclose(d.cos[got], want_cos[got], atol=1e-6)
+                assert d.exact.sum() < N_CHUNKS // 2  # only the rows near the top re-scored
+            ids = np.array([7, 3, 2999, 7])
+            d.make_exact(ids)
+            np.testing.assert_allclose(d.score[ids], want_score[ids], atol=1e-6)
+            np.testing.assert_allclose(d.cos[ids], want_cos[ids], atol=1e-6)
+    finally:
+        hc.close()
+        hp.close()
+
+
+def test_one_pass_top_is_exact_among_near_ties(tmp_path: Path) -> None:
+    """Rows whose scores differ by less than the query's float16 rounding: the one-pass order
+    alone is wrong here (checked, so this test can fail), the re-scored top is exact."""
+    from kbpack.dense import rounded_chunk_scores
+
+    rng = np.random.default_rng(17)
+    base = rng.standard_normal(DIMS).astype(np.float32)
+    base /= np.linalg.norm(base)
+    near = base + 0.02 * rng.standard_normal((2000, DIMS)).astype(np.float32) / np.sqrt(DIMS)
+    far = rng.standard_normal((1000, DIMS)).astype(np.float32)
+    rows16 = np.concatenate([near, far])
+    rows16 = (rows16 / np.linalg.norm(rows16, axis=1, keepdims=True)).astype(np.float16)
+    path = tmp_path / "ties.h5"
+    with h5py.File(path, "w", userblock_size=65536) as h:
+        create_dataset(h, F.VEC_DATA, data=rows16)
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        wrong = 0
+        for q in (base, *queries(3)):
+            want = reference(rows16, q)
+            d = rounded_chunk_scores(rows, q, None)
+            wrong += top(d.score.copy(), 10) != top(want, 10)
+            got = d.top(TOP)
+            assert got.tolist() == top(want, TOP)
+            np.testing.assert_allclose(d.score[got], want[got], atol=1e-6)
+        assert wrong  # the rounded scores alone misorder the near ties
+    finally:
+        rows.close()
+        h.close()
