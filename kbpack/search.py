@@ -364,6 +364,8 @@ class Searcher:
             # a NaN or infinite component (a pack whose digests were rewritten to match: only
             # verify's invariants would say so) must be one line, not a fusion ValueError
             for element, values in ((F.VEC_DATA, d.cos), (F.PIECE_DATA, d.score)):
+                if np.isfinite(values).all():  # (no index array to build: the usual case)
+                    continue
                 bad = np.flatnonzero(~np.isfinite(values))
                 if bad.size:
                     raise DamagedDataError(
