@@ -188,6 +188,7 @@ class _Results:
         self.embedded = 0
         self.crashed: list[str] = []
         self.piece_vectors: dict[str, np.ndarray] = {}  # embedded text -> vector, until used
+        self.fetched: dict[str, tuple[bool, Any]] = {}  # settled results, by task key
 
     def _submit(self, batch: list[Candidate]) -> Any:
         o = self.opts
@@ -237,6 +238,11 @@ class _Results:
     def _result(self, future: Any) -> Any:
         """``future.result()``, with a local cluster that lost workers for good scaled back to
         its size (see WORKER_CHECK_S); a remote cluster is waited on, as its operator decides."""
+        if future.key in self.fetched:
+            ok, value = self.fetched.pop(future.key)
+            if not ok:
+                raise value
+            return value
         while True:
             try:
                 return future.result(timeout=WORKER_CHECK_S)
@@ -244,15 +250,23 @@ class _Results:
                 self._keep_workers()
 
     def _settle(self, futures: Sequence[Any]) -> None:
-        """Wait until every one of ``futures`` has finished or failed (as ``_result`` waits)."""
+        """Wait until every one of ``futures`` has finished or failed (as ``_result`` waits),
+        then bring their results here and release them from the cluster: a result left on a
+        worker is recomputed when that worker dies, and Dask blames the recomputation too."""
         from distributed import wait
 
         while futures:
             try:
                 wait(list(futures), timeout=WORKER_CHECK_S)
-                return
+                break
             except TimeoutError:
                 self._keep_workers()
+        for f in futures:
+            try:
+                self.fetched[f.key] = (True, f.result())
+            except Exception as e:  # re-raised in order, when the caller reaches this batch
+                self.fetched[f.key] = (False, e)
+            f.release()
 
     def _keep_workers(self) -> None:
         live = len(self.client.scheduler_info().get("workers", {}))
