@@ -14,6 +14,8 @@ bare Python exception, a Document that chunking or writing would choke on).
 
     nice -n 10 python bench/fuzz.py --target packs --executions 2000 --seed 1
     python bench/fuzz.py --target packs --minutes 30 --json      # as many as fit
+    nice -n 19 python bench/fuzz.py --executions 100000 --seed 21 --checkpoint c21.json &
+    python bench/fuzz.py --sum c*.json                           # totals of several runs
     python bench/fuzz.py --replay 1:22                           # one execution again
     nice -n 10 python bench/fuzz.py --target docs --executions 10000 --kinds pdf docx html
 """
@@ -56,8 +58,45 @@ def show(result: FuzzResult, load: str) -> None:
     )
     print("  " + "  ".join(f"{k} {v}" for k, v in c.items()))
     print("  exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(result.outcomes.items())))
+    print("  runs per command: " + ", ".join(f"{k} {v}" for k, v in result.per_command.items()))
     for f in result.findings[:20]:
         print("  " + f.line())
+
+
+def write_checkpoint(path: Path, result: FuzzResult, extra: dict[str, Any]) -> None:
+    """The run so far as JSON, replaced atomically: a run cut off still reports."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(dict(result.as_json(), **extra), indent=2))
+    os.replace(tmp, path)
+
+
+def sum_checkpoints(paths: list[Path]) -> None:
+    """Totals of several runs' checkpoints (or --json outputs), as one table row each + total."""
+    total: dict[str, Any] = {"executions": 0, "commands": 0, "seconds": 0.0}
+    findings: dict[str, int] = {}
+    per_command: dict[str, int] = {}
+    for p in paths:
+        r = json.loads(p.read_text())
+        print(
+            f"{p.name}: seed {r.get('seed')}, {r['executions']} executions, {r['commands']} "
+            f"commands, {r['seconds']:.0f} s, findings {r['findings']}, {r.get('load', '')}"
+        )
+        for k in ("executions", "commands", "seconds"):
+            total[k] += r[k]
+        for k, v in r["findings"].items():
+            findings[k] = findings.get(k, 0) + v
+        for k, v in r.get("per_command", {}).items():
+            per_command[k] = per_command.get(k, 0) + v
+        for f in r.get("examples", [])[:5]:
+            print(
+                f"  {f['kind']}: #{f['seed']}:{f['index']} {f['mutation']}: {f['command']}: "
+                f"{f['detail']}"
+            )
+    print(
+        f"total: {total['executions']} executions, {total['commands']} commands, "
+        f"{total['seconds']:.0f} process-seconds; findings {findings}"
+    )
+    print("  runs per command: " + ", ".join(f"{k} {v}" for k, v in per_command.items()))
 
 
 def doc_seeds(work: Path) -> list[Path]:
@@ -114,7 +153,14 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="copy each finding's input here")
     ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--checkpoint", type=Path, default=None, help="write the counts here as it goes"
+    )
+    ap.add_argument("--sum", type=Path, nargs="+", default=None, help="add up checkpoint files")
     args = ap.parse_args()
+    if args.sum:
+        sum_checkpoints(args.sum)
+        return
     load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
     if args.target == "docs":
         run_docs(args, load)
@@ -134,6 +180,10 @@ def main() -> None:
             t0 = time.monotonic()
 
             def progress(r: FuzzResult) -> None:
+                if args.checkpoint is not None:
+                    now = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+                    extra = dict(seed=args.seed, start=args.start, load=f"{load} .. {now}")
+                    write_checkpoint(args.checkpoint, r, extra)
                 if not args.json and sys.stderr.isatty():
                     print(f"\r{r.executions} executions, {r.counts()}", end="", file=sys.stderr)
 
@@ -148,6 +198,8 @@ def main() -> None:
                 print(file=sys.stderr)
     out: dict[str, Any] = result.as_json()
     out.update(seed=args.seed, start=args.start, load=load, wall_s=round(time.monotonic() - t0))
+    if args.checkpoint is not None:
+        write_checkpoint(args.checkpoint, result, out)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -1,11 +1,16 @@
 """A short, seeded fuzz run of the pack reader and verify (kbpack/fuzz/; bench/fuzz.py runs it
-long): mutants of real packs through inspect, export, query and verify in a worker process.
-Zero findings: no crash, no hang, no internal error, no error of more than one line, no silent
-wrong read, no damage that a command noticed and verify passed.
+long): mutants of real packs through inspect, export, query and verify in a child forked per
+mutant. Zero findings: no crash, no hang, no internal error, no error of more than one line, no
+silent wrong read, no damage that a command noticed and verify passed. And the harness itself:
+a child that dies or stops answering is a crash or a hang, and the fork server goes on.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +46,59 @@ def test_seeded_run_has_no_findings(fuzzer: PackFuzzer) -> None:
     assert [f.line() for f in result.findings] == []
     # the run reached past the first check: some mutants were refused, some read
     assert result.outcomes["exit 1"] > 0 and result.outcomes["exit 0"] > 0
+    assert set(result.per_command.values()) == {EXECUTIONS}  # every command on every mutant
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def signal_next_child(server: int, sig: signal.Signals) -> threading.Thread:
+    """Send ``sig`` to the next child the fork server forks (a mutant's commands)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            kids = children_of(server)
+            if kids:
+                os.kill(kids[0], sig)
+                return
+            time.sleep(0.001)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize(
+    ("sig", "kind", "detail"),
+    [(signal.SIGSEGV, "crash", "killed by SIGSEGV"), (signal.SIGSTOP, "hang", "no answer")],
+)
+def test_a_dead_or_stuck_child_is_a_finding_and_the_server_goes_on(
+    fuzzer: PackFuzzer, sig: signal.Signals, kind: str, detail: str
+) -> None:
+    worker, seed = fuzzer.worker, fuzzer.seeds[0]
+    path = fuzzer.scratch / "intact.kbpack"
+    path.write_bytes(seed.seed.data)
+    server = worker.process.pid
+    watcher = signal_next_child(server, sig)
+    runs, got, why = worker.run(seed.commands, path, timeout_s=5.0)
+    watcher.join()
+    assert runs is None and got == kind and detail in why, (got, why)
+    assert children_of(server) == []  # a stopped child was killed, with its process group
+    runs, got, why = worker.run(seed.commands, path, timeout_s=120.0, expected=seed.expected)
+    assert worker.process.pid == server and worker.process.poll() is None
+    assert runs is not None and [r.exit_code for r in runs] == [0] * 7, (got, why)
+    assert [r.data_sha for r in runs] == [r.data_sha for r in seed.baseline]
 
 
 DOC_EXECUTIONS = 20  # per format, one extraction worker each

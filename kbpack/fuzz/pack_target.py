@@ -5,13 +5,18 @@ and exit codes), its stdout and stderr captured. A ``CommandRun`` is judged by `
 an exit code other than the documented ones, an "internal error" line or an exception that
 escaped ``main`` is an internal error; an error of more than one line breaks the one-line rule;
 a command that succeeded on a pack whose manifest still describes the seed must print exactly
-what it prints for the seed (anything else is a silent wrong read).
+what it prints for the seed (anything else is a silent wrong read). That comparison is made on
+a digest of the data (``CommandRun.data_sha``): the worker sends a command's stdout back only
+when its digest differs from the seed's, so an execution costs no copying of exports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import io
+import json
 import sys
 import traceback
 from collections.abc import Callable
@@ -57,6 +62,7 @@ class CommandRun:
     stdout: str
     stderr: str
     escaped: str = ""  # an exception that got out of kbpack.cli.main, with its last frame
+    data_sha: str = ""  # SHA-256 of what stdout says about the pack's content (``_data``)
 
 
 def run_command(name: str, argv: list[str]) -> CommandRun:
@@ -80,22 +86,37 @@ def run_command(name: str, argv: list[str]) -> CommandRun:
         out_text.flush()
         err_text.flush()
     sys.stdout.flush()
+    stdout = out.getvalue().decode("utf-8", "replace")
+    data_sha = ""
+    if name in DATA_COMMANDS:
+        data_sha = hashlib.sha256(_data(name, stdout).encode("utf-8", "surrogatepass")).hexdigest()
     return CommandRun(
-        name,
-        code,
-        out.getvalue().decode("utf-8", "replace"),
-        err.getvalue().decode("utf-8", "replace"),
-        escaped,
+        name, code, stdout, err.getvalue().decode("utf-8", "replace"), escaped, data_sha
     )
 
 
-def run_all(commands: PackCommands, pack: Path, report: Callable[[str], None]) -> list[CommandRun]:
+STDOUT_KEPT = 2000  # characters of stdout sent back when nothing compares it (replay shows it)
+
+
+def run_all(
+    commands: PackCommands,
+    pack: Path,
+    report: Callable[[str], None],
+    expected: dict[str, str] | None = None,
+) -> list[CommandRun]:
     """Every command on ``pack``; ``report(name)`` is called before each (so that a parent
-    watching this process knows which command crashed or hung)."""
+    watching this process knows which command crashed or hung). ``expected``: the seed's
+    ``data_sha`` per command; a run whose data has that digest, or that describes the file
+    rather than its data, keeps only the start of its stdout (the judge needs no more)."""
     runs = []
     for name, argv in commands.argv(pack):
         report(name)
-        runs.append(run_command(name, argv))
+        run = run_command(name, argv)
+        if expected is not None and (
+            name not in DATA_COMMANDS or run.data_sha == expected.get(name)
+        ):
+            run = dataclasses.replace(run, stdout=run.stdout[:STDOUT_KEPT])
+        runs.append(run)
     return runs
 
 
@@ -120,27 +141,28 @@ def judge(
         and seed_run is not None
         and run.name in DATA_COMMANDS
         and run.exit_code == seed_run.exit_code == 0
-        and _data(run) != _data(seed_run)
+        and run.data_sha != seed_run.data_sha
     ):
-        return "silent-wrong-data", _first_difference(_data(seed_run), _data(run))
+        want, got = _data(run.name, seed_run.stdout), _data(run.name, run.stdout)
+        return "silent-wrong-data", _first_difference(want, got)
     return None
 
 
-def _data(run: CommandRun) -> str:
+def _data(name: str, stdout: str) -> str:
     """What a command's output says about the pack's content (not about the file's path)."""
-    if run.name.startswith("query"):
-        import json
-
+    if name.startswith("query"):
         try:
-            doc = json.loads(run.stdout)
+            doc = json.loads(stdout)
         except ValueError:
-            return run.stdout
+            return stdout
+        if not isinstance(doc, dict):
+            return stdout
         doc.pop("pack", None)
         doc.pop("packs", None)
         for key in ("timings", "seconds", "elapsed_ms", "timing"):
             doc.pop(key, None)
         return json.dumps(doc, sort_keys=True)
-    return run.stdout
+    return stdout
 
 
 def _first_difference(want: str, got: str) -> str:

@@ -1,34 +1,29 @@
-"""The fuzz loop: mutate, run in a worker process, judge, keep findings.
+"""The fuzz loop: mutate, run in a forked child, judge, keep findings.
 
-Commands run in a long-lived worker process (imports paid once); the parent
-waits on it with a timeout per command. A worker killed by a signal is a **crash**, one that
-does not answer in time is a **hang**; either way it is replaced and the loop goes on. Each
-execution draws from its own ``random.Random(f"{seed}:{index}")``, so a finding is replayed
-from the two numbers it prints.
+Commands run in a child forked per mutant from a warm fork server (``fork_server``: imports
+paid once, nothing leaks from one mutant to the next); the parent waits on it with a timeout per
+command. A child killed by a signal is a **crash**, one that does not answer in time is a
+**hang** (its process group is killed); either way the loop goes on. Each execution draws from
+its own ``random.Random(f"{seed}:{index}")``, so a finding is replayed from the two numbers it
+prints.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import kbpack
+from kbpack.fuzz.fork_server import Worker
 from kbpack.fuzz.pack_mutations import Mutant, Seed, mutate
-from kbpack.fuzz.pack_target import CommandRun, PackCommands, judge, run_all
+from kbpack.fuzz.pack_target import CommandRun, PackCommands, judge
 
 FINDING_KINDS = (
     "crash",
@@ -63,6 +58,7 @@ class FuzzResult:
     seconds: float = 0.0
     findings: list[Finding] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)  # per command: ok, error exit, ...
+    per_command: Counter[str] = field(default_factory=Counter)  # completed runs of each command
 
     def counts(self) -> dict[str, int]:
         by = Counter(f.kind for f in self.findings)
@@ -76,6 +72,7 @@ class FuzzResult:
             "seconds": round(self.seconds, 1),
             "findings": self.counts(),
             "outcomes": dict(self.outcomes),
+            "per_command": dict(self.per_command),
             "examples": [asdict(f) for f in self.findings[:50]],
         }
 
@@ -87,96 +84,7 @@ def scratch_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="kbpack-fuzz-", dir=base))
 
 
-# -- the worker --------------------------------------------------------------------------------
-
-
-def serve(fd: int) -> None:
-    """The worker's loop: receive (commands, pack path), report each command as it starts,
-    send back every ``CommandRun``; None stops it."""
-    conn = Connection(fd)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        commands, pack = job
-        runs = run_all(commands, Path(pack), lambda name: conn.send(("start", name)))
-        conn.send(("done", runs))
-
-
-class Worker:
-    """A worker process running pack commands; replaced after a crash or a hang.
-
-    A fresh interpreter (as the extraction worker is), not a fork: the caller (a test session)
-    may have run llama.cpp, whose OpenMP thread pool does not survive a fork, and
-    multiprocessing's spawn would re-run the caller's ``__main__``.
-    """
-
-    def __init__(self, cache_dir: Path) -> None:
-        parent, child = socket.socketpair()
-        self.conn = Connection(os.dup(parent.fileno()))
-        parent.close()
-        env = dict(os.environ)
-        root = str(Path(kbpack.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        env["KBPACK_CACHE_DIR"] = str(cache_dir)  # the verified-pack memo of this run only
-        env.pop("KBPACK_DEBUG", None)
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from kbpack.fuzz.runner import serve; serve(int(sys.argv[1]))",
-                str(child.fileno()),
-            ],
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        child.close()
-
-    def run(
-        self, commands: PackCommands, pack: Path, timeout_s: float
-    ) -> tuple[list[CommandRun] | None, str, str]:
-        """(runs, "", "") or (None, "crash" | "hang", the command that was running + detail)."""
-        self.conn.send((commands, str(pack)))
-        current = "(start)"
-        while True:
-            if not self.conn.poll(timeout_s):
-                self.kill()
-                return None, "hang", f"{current}: no answer within {timeout_s:g} s"
-            try:
-                kind, payload = self.conn.recv()
-            except (EOFError, OSError):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.process.wait(5)
-                code = self.process.returncode
-                self.kill()
-                if code is not None and code < 0:
-                    return None, "crash", f"{current}: killed by {signal.Signals(-code).name}"
-                return None, "crash", f"{current}: worker exited with status {code}"
-            if kind == "start":
-                current = payload
-            else:
-                return payload, "", ""
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.conn.close()
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.conn.send(None)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(5)
-        self.kill()
-
+FORGET_EVERY = 1000  # executions between two ``forget_memos``
 
 # -- the loop ----------------------------------------------------------------------------------
 
@@ -186,6 +94,7 @@ class PackSeed:
     seed: Seed
     commands: PackCommands
     baseline: list[CommandRun] = field(default_factory=list)
+    expected: dict[str, str] = field(default_factory=dict)  # data_sha of each data command
 
 
 class PackFuzzer:
@@ -209,6 +118,16 @@ class PackFuzzer:
             if runs is None:
                 raise RuntimeError(f"the intact seed {s.seed.name} failed: {kind} {detail}")
             s.baseline = runs
+            s.expected = {r.name: r.data_sha for r in runs if r.data_sha}
+
+    def forget_memos(self) -> None:
+        """Drop the per-file-state memos (first-open check, verified marker) of past mutants:
+        one per mutant otherwise piles up in the scratch folder (models and hashes stay)."""
+        from kbpack.pack.preflight import MEMO_FOLDER
+        from kbpack.verified import MARKERS
+
+        for folder in (MEMO_FOLDER, MARKERS):
+            shutil.rmtree(self.scratch / "cache" / folder, ignore_errors=True)
 
     def close(self) -> None:
         self.worker.stop()
@@ -225,14 +144,18 @@ class PackFuzzer:
         rng = random.Random(f"{run_seed}:{index}")
         s = rng.choice(self.seeds)
         target = self.scratch / "mutant.kbpack"
+        # a new file (inode) each time: the first-open memo is keyed by path, size, mtime and
+        # inode, and two mutants of one size can be written within one mtime tick
+        target.unlink(missing_ok=True)
         mutant = mutate(s.seed, rng, target)
 
         def finding(kind: str, command: str, detail: str) -> Finding:
             return Finding(kind, run_seed, index, mutant.describe(), command, detail)
 
-        runs, kind, detail = self.worker.run(s.commands, target, self.timeout_s)
+        runs, kind, detail = self.worker.run(s.commands, target, self.timeout_s, s.expected)
         if runs is None:
-            self.worker = Worker(self.scratch / "cache")
+            if self.worker.process.poll() is not None:  # the server itself went
+                self.worker = Worker(self.scratch / "cache")
             command, _, why = detail.partition(": ")
             return mutant, [finding(kind, command, why)], []
         found = []
@@ -267,13 +190,16 @@ class PackFuzzer:
             result.commands += len(runs)
             for r in runs:
                 result.outcomes[f"exit {r.exit_code}"] += 1
+                result.per_command[r.name] += 1
+            if result.executions % FORGET_EVERY == 0:
+                self.forget_memos()
             if found and self.keep_dir is not None:
                 self.keep_dir.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(
                     self.scratch / "mutant.kbpack", self.keep_dir / f"{run_seed}-{index}.kbpack"
                 )
             result.findings.extend(found)
-            if progress is not None and result.executions % 50 == 0:
+            if progress is not None and (result.executions % 50 == 0 or found):
                 result.seconds = time.monotonic() - t0
                 progress(result)
         result.seconds = time.monotonic() - t0
