@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kbpack.pieces import PIECE_WEIGHT
 from kbpack.vector_scan import StoredRows, rows_of, scan, scan_rounded, sorted_unique
+
+PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)
 
 
 @dataclass(frozen=True)
