@@ -16,6 +16,11 @@ bare Python exception, a Document that chunking or writing would choke on).
     python bench/fuzz.py --target packs --minutes 30 --json      # as many as fit
     nice -n 19 python bench/fuzz.py --executions 100000 --seed 21 --checkpoint c21.json &
     python bench/fuzz.py --sum c*.json                           # totals of several runs
+    nice -n 19 python bench/fuzz.py --executions 100000 --jobs 16 --checkpoint runs/  # 16 cores
+
+--jobs N runs N processes (seeds SEED..SEED+N-1, the executions split between them), each with
+its own checkpoint under the --checkpoint folder, and prints their sum: executions are
+independent, so a machine with free cores runs them in parallel.
     python bench/fuzz.py --replay 1:22                           # one execution again
     nice -n 10 python bench/fuzz.py --target docs --executions 10000 --kinds pdf docx html
 """
@@ -99,6 +104,30 @@ def sum_checkpoints(paths: list[Path]) -> None:
     print("  runs per command: " + ", ".join(f"{k} {v}" for k, v in per_command.items()))
 
 
+def run_jobs(args: argparse.Namespace) -> None:
+    """``args.jobs`` copies of this script on seeds SEED.., then the sum of their checkpoints."""
+    import subprocess
+
+    folder = args.checkpoint or Path(tempfile.mkdtemp(prefix="kbpack-fuzz-jobs-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    each, extra = divmod(args.executions, args.jobs)
+    procs, files = [], []
+    for j in range(args.jobs):
+        seed = args.seed + j
+        files.append(folder / f"seed-{seed}.json")
+        argv = [sys.executable, __file__, "--target", "packs", "--seed", str(seed)]
+        argv += ["--executions", str(each + (j < extra)), "--start", str(args.start)]
+        argv += ["--timeout", str(args.timeout), "--checkpoint", str(files[-1]), "--json"]
+        if args.minutes:
+            argv += ["--minutes", str(args.minutes)]
+        if args.keep:
+            argv += ["--keep", str(args.keep)]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+    for proc in procs:
+        proc.wait()
+    sum_checkpoints([f for f in files if f.exists()])
+
+
 def doc_seeds(work: Path) -> list[Path]:
     from kbpack.fuzz.doc_target import DEFAULT_SEEDS
     from kbpack.fuzz.seeds import DOCS
@@ -154,12 +183,19 @@ def main() -> None:
     ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
-        "--checkpoint", type=Path, default=None, help="write the counts here as it goes"
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="write the counts to this file as it goes (with --jobs: a folder)",
     )
     ap.add_argument("--sum", type=Path, nargs="+", default=None, help="add up checkpoint files")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (packs; seeds SEED..)")
     args = ap.parse_args()
     if args.sum:
         sum_checkpoints(args.sum)
+        return
+    if args.jobs > 1 and args.target == "packs" and not args.replay:
+        run_jobs(args)
         return
     load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
     if args.target == "docs":

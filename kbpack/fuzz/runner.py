@@ -85,6 +85,7 @@ def scratch_dir() -> Path:
 
 
 FORGET_EVERY = 1000  # executions between two ``forget_memos``
+PROGRESS_S = 30.0  # ``progress`` is called at least this often (and every 50 executions)
 
 # -- the loop ----------------------------------------------------------------------------------
 
@@ -181,7 +182,7 @@ class PackFuzzer:
         deadline_s: float | None = None,
     ) -> FuzzResult:
         result = FuzzResult("pack reader + verify")
-        t0 = time.monotonic()
+        t0 = reported = time.monotonic()
         for index in range(start, start + executions):
             if deadline_s is not None and time.monotonic() - t0 > deadline_s:
                 break
@@ -199,7 +200,9 @@ class PackFuzzer:
                     self.scratch / "mutant.kbpack", self.keep_dir / f"{run_seed}-{index}.kbpack"
                 )
             result.findings.extend(found)
-            if progress is not None and (result.executions % 50 == 0 or found):
+            due = time.monotonic() - reported > PROGRESS_S or result.executions % 50 == 0
+            if progress is not None and (due or found):
+                reported = time.monotonic()
                 result.seconds = time.monotonic() - t0
                 progress(result)
         result.seconds = time.monotonic() - t0
