@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from kbpack.embed import Embedder, available_threads  # noqa: E402
 
-SEEDS = ROOT.parent / "shared" / "seeds"
+# ../shared/seeds beside the checkout (a worktree elsewhere: set KBPACK_SEEDS)
+SEEDS = Path(os.environ.get("KBPACK_SEEDS", ROOT.parent / "shared" / "seeds"))
 
 
 def corpus_texts(embedder: Embedder, folder: Path, max_chars: int = 512) -> list[str]:
@@ -141,6 +142,8 @@ def main() -> None:
     embedder = Embedder(args.model, threads=args.threads)
     load = time.perf_counter() - t0
     texts = corpus_texts(embedder, SEEDS)[: args.limit]
+    if not texts:
+        raise SystemExit(f"no texts in {SEEDS}: set KBPACK_SEEDS to the seeds folder")
     tokens = [embedder.count_tokens(t) for t in texts]
     print(f"model     {embedder.identity.name} ({embedder.path.name}), threads {args.threads}")
     print(

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kbpack.errors import ModelError
+from kbpack.llama_backend import load_cpu_backend
 from kbpack.model import keys as K
 from kbpack.model.cache import default_model_path
 from kbpack.model.gguf_header import read_gguf_metadata
@@ -283,6 +284,7 @@ def _load(path: Path, n_ctx: int, threads: int) -> Any:
         ) from e
     _silence(llama_cpp)
     _llama_errors.clear()
+    load_cpu_backend(llama_cpp)  # a runtime-dispatch build has none until asked
     try:
         return llama_cpp.Llama(
             model_path=str(path),
