@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -66,6 +67,10 @@ def show(result: FuzzResult, load: str) -> None:
     print("  runs per command: " + ", ".join(f"{k} {v}" for k, v in result.per_command.items()))
     for f in result.findings[:20]:
         print("  " + f.line())
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def write_checkpoint(path: Path, result: FuzzResult, extra: dict[str, Any]) -> None:
@@ -198,6 +203,7 @@ def main() -> None:
         run_jobs(args)
         return
     load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    signal.signal(signal.SIGTERM, _interrupt)  # kill PID stops a run as Ctrl-C does: it reports
     if args.target == "docs":
         run_docs(args, load)
         return
