@@ -42,10 +42,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fault_points import FAULTS, PHASES, inject, temp_files  # noqa: E402
+from fault_points import (  # noqa: E402
+    FAULTS,
+    KILL_PHASES,
+    PHASES,
+    inject,
+    read_trace,
+    temp_files,
+)
 from tiny_gguf import build_tiny_gguf  # noqa: E402
 
 DOCS = ROOT / "fixtures" / "docs"
+# the kills' corpus: one document of each kind but PDF (62 KB), so that a build takes seconds
+# and 150 kills fit in a working session; every phase is still met, extract and embed 4 times
+KILL_DOCS = (
+    "pypdf/README.md",
+    "python-docx/HISTORY.rst",
+    "sqlite/sqlite-null-handling.docx",
+    "sqlite/datatype3.html",
+)
 COMMANDS = ("build", "update", "merge", "migrate", "split")
 
 TRACED_BUILD = """
@@ -54,9 +69,10 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from fault_points import trace
 from kbpack.cli import main
-log, out = Path(sys.argv[1]), Path(sys.argv[2])
-sys.argv = ["kbpack", *sys.argv[3:]]
-with trace(log, out):
+log, out, phase, nth, delay, sig = Path(sys.argv[1]), Path(sys.argv[2]), *sys.argv[3:7]
+kill = (phase, int(nth), float(delay), int(sig)) if phase != "-" else None
+sys.argv = ["kbpack", *sys.argv[7:]]
+with trace(log, out, kill):
     main()
 """
 
@@ -87,10 +103,16 @@ def verifies(path: Path) -> bool:
 class World:
     """Sources (a copy of fixtures/docs), a tiny model, and an old pack of them."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, docs: tuple[str, ...] = ()) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.src = root / "src"
-        shutil.copytree(DOCS, self.src)
+        if docs:
+            for name in docs:
+                (self.src / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(DOCS / name, self.src / name)
+        else:
+            shutil.copytree(DOCS, self.src)
         self.model = build_tiny_gguf(root / "tiny.gguf", name="tiny", window=128)
         self.old = root / "old.kbpack"
         code, err = cli(
@@ -159,52 +181,123 @@ def io_case(world: World, command: str, phase: str, fault: str) -> str:
     return ", ".join(problems) or "clean"
 
 
-def kill_case(world: World, sig: signal.Signals, delay: float) -> dict[str, Any]:
+def phase_windows(
+    rows: list[tuple[str, float, int]], began: float, ended: float
+) -> dict[str, list[float]]:
+    """How long each occurrence of each phase lasted in a clean traced build: from its mark to
+    the next mark (the end of the process after the last); ``startup`` is from the spawn to the
+    first mark. Extract, spool and embed recur once per document."""
+    rows = sorted(rows, key=lambda r: r[1])
+    windows: dict[str, list[float]] = {"startup": [(rows[0][1] if rows else ended) - began]}
+    for i, (phase, at, _pid) in enumerate(rows):
+        until = rows[i + 1][1] if i + 1 < len(rows) else ended
+        windows.setdefault(phase, []).append(until - at)
+    return windows
+
+
+def kill_case(
+    world: World,
+    sig: signal.Signals,
+    phase: str,
+    delay: float,
+    nth: int = 1,
+    command: str = "build",
+) -> dict[str, Any]:
+    """A traced ``command`` replacing an old pack (or set), sent ``sig`` ``delay`` seconds
+    after it traced ``phase`` for the ``nth`` time (``startup``: after the spawn; ``-``:
+    never)."""
     folder = Path(tempfile.mkdtemp(dir=world.root))
     out = folder / "p.kbpack"
-    shutil.copyfile(world.old, out)
-    before = sha(out)
+    targets = [out] if command == "build" else [folder / f"p-{i:03d}.kbpack" for i in (1, 2)]
+    for t in targets:
+        shutil.copyfile(world.old, t)
+    before = [sha(t) for t in targets]
     log = folder.parent / f"{folder.name}.trace"
     code = TRACED_BUILD.format(tests=str(ROOT / "tests"))
-    args = [sys.executable, "-c", code, str(log), str(out), *world.args("build", out)]
+    inside = phase not in ("startup", "-")
+    kill = [phase, str(nth), str(delay), str(int(sig))] if inside else ["-", "0", "0", "0"]
+    args = [sys.executable, "-c", code, str(log), str(out), *kill, *world.args(command, out)]
     # a fresh name per build so that the new pack differs from the old one
     (world.src / "stamp.md").write_text(f"# Stamp\n\nBuild {folder.name}.\n")
     began = time.time()
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=delay)
-    sent = p.poll() is None
-    if sent:
-        p.send_signal(sig)
-    _stdout, stderr = p.communicate(timeout=600)
-    wall = time.time() - began
-    phases = log.read_text().split() if log.exists() else []
-    log.unlink(missing_ok=True)
-    hit = (phases[-1] if phases else "startup") if sent else "finished"
-    state = "old" if sha(out) == before else "new" if verifies(out) else "partial"
-    lines = stderr.strip().splitlines()
-    one_line = sig == signal.SIGKILL or not sent or len(lines) == 1
-    rc_ok = (
-        p.returncode == -signal.SIGKILL
-        if sig == signal.SIGKILL and sent
-        else p.returncode in ((130,) if sent else (0, 130))
+    # its own process group: what outlives it (an HDF5 child, an extraction worker) is found
+    p = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    hit = None
+    if phase == "startup":
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=delay)
+        if p.poll() is None:
+            p.send_signal(sig)
+            marks = read_trace(log)
+            hit = marks[-1][0] if marks else "startup"
+    _stdout, stderr = p.communicate(timeout=900)
+    ended = time.time()
+    rows = read_trace(log)
+    log.unlink(missing_ok=True)
+    if inside:
+        names = [r[0] for r in rows]
+        if "signal" in names:
+            i = names.index("signal")
+            hit = names[i - 1] if i else "startup"
+    sent = hit is not None
+    # a child that outlived the build (an HDF5 child would go on writing a temp file)
+    orphans = 0
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, 0)
+        orphans = 1
+        time.sleep(1.0)  # let a child that was on its way out finish
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, 0)
+            orphans = 2  # still there after a second
+            os.killpg(p.pid, signal.SIGKILL)
+    now = [sha(t) for t in targets]
+    if now == before:
+        state = "old"
+    elif all(t.exists() for t in targets) and all(verifies(t) for t in targets):
+        state = "new"
+    else:
+        state = "partial"
+    lines = stderr.strip().splitlines()
+    if hit == "startup":
+        # before kbpack's handlers exist (interpreter start-up, imports): Python's defaults
+        # (SIGTERM: rc -15, no message; SIGINT: a KeyboardInterrupt traceback); nothing is
+        # open for writing, so only the pack and the temp files are judged
+        rc_ok = message_ok = True
+    elif sig == signal.SIGKILL or not sent:
+        message_ok = (not sent and p.returncode == 0) or sig == signal.SIGKILL
+        rc_ok = p.returncode == (-signal.SIGKILL if sent else 0)
+    else:
+        # one line that tells the truth: a complete new file is said to be complete
+        rc_ok = p.returncode == 130
+        message_ok = len(lines) == 1 and (("after writing" in lines[0]) == (state == "new"))
     left_by_kill = len(temp_files(folder))
-    rebuild, _err = cli(*world.args("build", out))
+    # the next build must remove what the kill left (one that left nothing is not rebuilt)
+    rebuild, _err = cli(*world.args(command, out)) if left_by_kill else (0, "")
     left_after = temp_files(folder)
     shutil.rmtree(folder)
     return {
+        "command": command,
         "signal": sig.name,
-        "delay": round(delay, 3),
-        "wall": round(wall, 3),
-        "phase": hit,
+        "target": phase,
+        "nth": nth,
+        "delay": round(delay, 4),
+        "wall": round(ended - began, 3),
+        "phase": hit or "finished",
         "state": state,
         "rc": p.returncode,
         "rc_ok": rc_ok,
-        "one_line": one_line,
+        "message_ok": message_ok,
+        "message": lines[-1][:160] if lines else "",
+        "lines": len(lines),
+        "orphans": orphans,
         "temp_left_by_kill": left_by_kill,
         "temp_after_next_build": len(left_after),
         "next_build_ok": rebuild == 0,
+        "_rows": rows,
+        "_began": began,
+        "_ended": ended,
     }
 
 
@@ -219,30 +312,45 @@ def main() -> int:
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["KBPACK_CACHE_DIR"] = str(Path(tmp) / "cache")
-        world = World(Path(tmp))
+        world = World(Path(tmp) / "io") if not a.no_io else None
         io_table: dict[str, Counter[str]] = defaultdict(Counter)
         for command in () if a.no_io else COMMANDS:
             for phase in PHASES:
                 for fault in FAULTS:
                     io_table[f"{command} {phase}"][
-                        f"{fault}: " + io_case(world, command, phase, fault)
+                        f"{fault}: " + io_case(world, command, phase, fault)  # type: ignore[arg-type]
                     ] += 1
-        # a clean traced build's duration in a subprocess (imports included), to spread the
-        # kills over the whole of it
-        probe = kill_case(world, signal.SIGTERM, 600.0)  # never sent: the build finishes first
+        # a clean traced build, to know how long each phase lasts; each kill then picks a
+        # phase (every phase and signal in turn) and a seeded delay within that phase
+        world = World(Path(tmp) / "kills", KILL_DOCS)
+        probe = kill_case(world, signal.SIGTERM, "-", 0.0)
         assert probe["phase"] == "finished" and probe["next_build_ok"], probe
-        span = probe["wall"]
+        windows = phase_windows(probe["_rows"], probe["_began"], probe["_ended"])
+        print("phase windows (s):", json.dumps({k: [round(x, 4) for x in v]
+              for k, v in windows.items()}), file=sys.stderr, flush=True)  # fmt: skip
         kills = []
         sigs = [signal.SIGKILL, signal.SIGINT, signal.SIGTERM]
+        phases = [p for p in KILL_PHASES if p in windows]
         for i in range(a.kills):
-            kills.append(kill_case(world, sigs[i % 3], rng.uniform(0.05, span)))
+            sig, phase = sigs[i % 3], phases[(i // 3) % len(phases)]
+            nth = rng.randrange(len(windows[phase])) + 1
+            delay = rng.uniform(0.0, windows[phase][nth - 1])
+            for _ in range(4):  # a child's timer dies with the child: try a shorter delay
+                k = kill_case(world, sig, phase, delay, nth)
+                if k["phase"] != "finished":
+                    break
+                delay /= 4
+            for key in ("_rows", "_began", "_ended"):
+                k.pop(key)
+            kills.append(k)
+            print(json.dumps(k), file=sys.stderr, flush=True)
     elapsed = time.time() - t0
     kill_table: dict[str, Counter[str]] = defaultdict(Counter)
     for k in kills:
         kill_table[k["phase"]][f"{k['signal']} {k['state']}"] += 1
     failures = [
         k for k in kills
-        if k["state"] == "partial" or not k["rc_ok"] or not k["one_line"]
+        if k["state"] == "partial" or not k["rc_ok"] or not k["message_ok"]
         or k["temp_after_next_build"] or not k["next_build_ok"]
     ]  # fmt: skip
     summary = {
@@ -258,6 +366,8 @@ def main() -> int:
         "partial_packs": sum(k["state"] == "partial" for k in kills),
         "temp_files_after_next_build": sum(k["temp_after_next_build"] for k in kills),
         "temp_files_left_by_sigkill": sum(k["temp_left_by_kill"] for k in kills),
+        "orphan_children": sum(k["orphans"] for k in kills),
+        "not_sent": sum(k["phase"] == "finished" for k in kills),
         "seconds": round(elapsed, 1),
         "load": os.getloadavg()[0],
     }

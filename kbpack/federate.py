@@ -267,9 +267,14 @@ class PackSet:
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
+        from kbpack.set_publish import committed_members
+
+        given = [Path(p) for p in paths]
+        # a set's members are those of the set its member 001 commits (kbpack/set_publish.py)
+        files, self.set_notes = committed_members(given)
         self.readers: list[PackReader] = []
         try:
-            for p in paths:
+            for p in files:
                 self.readers.append(PackReader(p))
         except BaseException:
             self.close()
@@ -308,6 +313,7 @@ class PackSet:
                 embedder, notes = resolve_embedder(
                     self.readers[0], self._model_arg, threads=self._threads
                 )
+            notes.extend(self.set_notes)
             notes.extend(_incomplete_sets(self.readers))
             thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
             if len(set(thresholds.values())) > 1:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from kbpack import interrupt
 from kbpack.errors import UsageError
 from kbpack.lexical import PostingsBuilder
 from kbpack.merge import copy_document
@@ -39,6 +37,7 @@ from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
 from kbpack.pack.write import PackWriter
 from kbpack.progress import Progress
 from kbpack.restore import PackContents
+from kbpack.set_publish import backup_path, member_path, publish_set
 
 FAT32_MAX = 2**32 - 1  # bytes: the largest file FAT32 holds
 _FIXED = 192 * 1024  # user block, HDF5 metadata and attributes of a pack: ~100 KiB measured
@@ -55,11 +54,6 @@ def parse_size(text: str) -> int:
     if value < 2**20:
         raise UsageError(f"--split-size {text}: members need at least 1M")
     return int(value)
-
-
-def member_path(out: Path, index: int) -> Path:
-    """``NAME.kbpack`` -> ``NAME-001.kbpack`` (1-based)."""
-    return out.with_name(f"{out.stem}-{index:03d}{out.suffix or '.kbpack'}")
 
 
 @dataclass
@@ -228,33 +222,25 @@ def _write_member(
 
 
 def _publish(parts: list[tuple[Path, list[int], int]], out: Path) -> list[dict[str, Any]]:
-    """Stamp the member count into each manifest, then rename the members into place. On any
-    failure the members not yet renamed are removed (a rename that fails halfway leaves a set
-    of new and old members, which verify reports as a foreign member)."""
-    members = []
+    """Stamp the member count into each manifest, then publish the set all or nothing
+    (kbpack/set_publish.py: member 001 is renamed last and commits). On any failure the
+    members not yet renamed are removed."""
     try:
         for tmp, _, _ in parts:
             header = read_header(tmp)
             manifest = header.manifest
             manifest.extra["set"]["count"] = len(parts)
             write_header(tmp, encode_header(manifest.to_json_bytes()))
-        interrupt.check()
-        with interrupt.uninterruptible():  # a signal here would leave old and new members
-            for i, (tmp, rows, size) in enumerate(parts, 1):
-                final = member_path(out, i)
-                os.replace(tmp, final)
-                interrupt.published(final)
-                members.append({"path": str(final), "bytes": size, "documents": len(rows)})
-            with contextlib.suppress(OSError):
-                fd = os.open(out.parent, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
+        finals = publish_set([tmp for tmp, _, _ in parts], out)
     except BaseException:
         for tmp, _, _ in parts:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
         raise
-    return members
+    return [
+        {"path": str(final), "bytes": size, "documents": len(rows)}
+        for final, (_, rows, size) in zip(finals, parts, strict=True)
+    ]
 
 
 def set_findings(path: Path, manifest_extra: dict[str, Any]) -> tuple[list[Finding], str]:
@@ -301,6 +287,17 @@ def set_findings(path: Path, manifest_extra: dict[str, Any]) -> tuple[list[Findi
             or theirs.get("index") != i
             or theirs.get("count") != count
         ):
+            if backup_path(other, set_id).exists():
+                found.append(
+                    Finding(
+                        "set-publish-unfinished",
+                        "/",
+                        f"{other.name} is from a publish of another set that was cut short; "
+                        f"member {i} of set {set_id} is kept as {backup_path(other, set_id).name} "
+                        "(readers use it): build the set again",
+                    )
+                )
+                continue
             found.append(
                 Finding(
                     "set-member-foreign", "/", f"{other.name} is not member {i} of set {set_id}"

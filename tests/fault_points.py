@@ -143,17 +143,53 @@ def _set(module: Any, open_: Any) -> Iterator[None]:
         del module.open
 
 
+# A killed write reports the phase it was in: the phases above as the build meets them, then
+# ``published`` (the rename onto the output is done; the process is finishing).
+KILL_PHASES = ("startup", *PHASES, "published")
+
+
 @contextlib.contextmanager
-def trace(log: Path, out: Path) -> Iterator[None]:
-    """While inside, each phase of a write of ``out`` appends its name to ``log`` as it starts
-    (``published`` once the rename onto ``out`` is done), so that a process killed at a random
-    moment tells which phase the signal hit. The HDF5 child appends too."""
+def trace(log: Path, out: Path, kill: tuple[str, int, float, int] | None = None) -> Iterator[None]:
+    """While inside, each phase of a write of ``out`` appends ``PHASE TIME PID`` to ``log`` as
+    it starts (``published`` once the rename onto ``out`` is done), so that a process killed at
+    a random moment tells which phase the signal hit. The HDF5 child appends too.
+
+    ``kill=(PHASE, N, DELAY, SIGNAL)``: ``DELAY`` seconds after ``PHASE`` is traced for the
+    ``N``-th time (from 1; phases such as extract and embed recur, once per document), send
+    ``SIGNAL`` to the writing process (from a thread of whichever process traced the phase: the
+    HDF5 child's kills its parent, as a kill from outside would), after appending
+    ``signal TIME PID``. A thread started in the child dies with it: a delay longer than the
+    child's life sends nothing.
+    """
+    import threading
+    import time
+
     from kbpack import build
     from kbpack.pack import write
 
-    def mark(phase: str) -> None:
+    writer = os.getpid()
+    seen = {"n": 0}
+
+    def append(line: str) -> None:
         with open(log, "a") as f:
-            f.write(phase + "\n")
+            f.write(f"{line} {time.time():.6f} {os.getpid()}\n")
+
+    def fire(sig: int) -> None:
+        append("signal")
+        os.kill(writer, sig)
+
+    def mark(phase: str) -> None:
+        append(phase)
+        if kill is None or phase != kill[0]:
+            return
+        seen["n"] += 1
+        if seen["n"] == kill[1]:
+            if kill[2] <= 0:
+                fire(kill[3])
+            else:
+                t = threading.Timer(kill[2], fire, (kill[3],))
+                t.daemon = True
+                t.start()
 
     def wrapped(phase: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -194,10 +230,21 @@ def trace(log: Path, out: Path) -> Iterator[None]:
         yield
 
 
+def read_trace(log: Path) -> list[tuple[str, float, int]]:
+    """``trace``'s log as (phase, time, pid), in the order written."""
+    rows = []
+    if log.exists():
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                rows.append((parts[0], float(parts[1]), int(parts[2])))
+    return rows
+
+
 def temp_files(folder: Path) -> list[str]:
     """What a write left beside its output: every hidden name (kbpack's temp files are all
     ``.NAME.tmp-...``; the test folders hold nothing else that is hidden)."""
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
-__all__ = ["FAULTS", "PHASES", "inject", "temp_files", "trace"]
+__all__ = ["FAULTS", "KILL_PHASES", "PHASES", "inject", "read_trace", "temp_files", "trace"]

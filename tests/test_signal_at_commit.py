@@ -46,6 +46,18 @@ elif where == "after-commit":  # commit() returned; the build is printing its su
         hit()
         return result
     W.PackWriter.commit = hook
+elif where == "hdf5-child":  # SIGKILL the writer from its HDF5 child, which then goes on
+    import time
+    create, writer = W.create_dataset, os.getpid()
+    def hook(*a, **k):
+        if os.getpid() != writer:  # in the child
+            marker = os.environ["KBPACK_TEST_MARKER"]
+            os.kill(writer, signal.SIGKILL)
+            time.sleep(0.5)
+            open(marker, "w").close()  # only a child that outlived its writer gets here
+            os._exit(0)
+        return create(*a, **k)
+    W.create_dataset = hook
 elif where == "at-exit":  # the command is done; main() is on its way to sys.exit
     import kbpack.cli as C
     run = C._run
@@ -120,3 +132,28 @@ def test_the_hooked_build_without_a_hook_succeeds(tmp_path: Path) -> None:
     r = build_with_signal("nowhere", "SIGTERM", DOC_A, tmp_path / "p.kbpack")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.kbpack"]
+
+
+def test_the_hdf5_child_dies_with_its_killed_writer(old_pack: Path, tmp_path: Path) -> None:
+    """A SIGKILLed writer's HDF5 child must not go on writing the temp file: it could create it
+    after the next build removed the dead writer's files (bench/faults.py saw children alive
+    1-2 s after their writer)."""
+    import os
+    import time
+
+    out = tmp_path / "p.kbpack"
+    out.write_bytes(old_pack.read_bytes())
+    before = sha(out)
+    marker = tmp_path.parent / f"{tmp_path.name}-survived"
+    os.environ["KBPACK_TEST_MARKER"] = str(marker)
+    try:
+        r = build_with_signal("hdf5-child", "SIGKILL", DOC_B, out)
+    finally:
+        del os.environ["KBPACK_TEST_MARKER"]
+    assert r.returncode == -9, (r.returncode, r.stderr)
+    time.sleep(2.0)  # four times what the child sleeps before it writes the marker
+    assert not marker.exists()
+    assert sha(out) == before
+    code, _, err = run("build", str(DOC_B), "-o", str(out), "--no-vectors", "-q")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.kbpack"]  # the next build cleaned

@@ -160,3 +160,136 @@ def test_cli_build_split_size(tmp_path: Path, tiny_model: Path) -> None:
     assert all(m["bytes"] <= 2**20 for m in members)
     r = CliRunner().invoke(cli, [*args, "--split-size", "3.9X"])
     assert r.exit_code == 2 and "--split-size 3.9X: write a size such as 3.9G" in r.stderr
+
+
+def _split_killed(whole: Path, out: Path, limit: int, after: int, links: bool = True) -> None:
+    """``split_pack`` in a forked child SIGKILLed just before its publishing rename number
+    ``after + 1`` (onto a visible member name), or, when it makes fewer, just after the last
+    one (the commit), before the old files are removed. ``links=False``: a file system without
+    hard links (FAT32)."""
+    import os
+    import signal
+
+    import kbpack.set_publish as publish
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            real = os.replace
+            done = {"n": 0}
+
+            def replace(src: object, dst: object) -> None:
+                if not Path(str(dst)).name.startswith("."):
+                    if done["n"] == after:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    done["n"] += 1
+                real(src, dst)  # type: ignore[arg-type]
+
+            def killed(*args: object) -> None:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            def no_link(src: object, dst: object) -> None:
+                raise OSError(1, "Operation not permitted", str(dst))
+
+            os.replace = replace  # type: ignore[assignment]
+            if not links:
+                os.link = no_link  # type: ignore[assignment]
+            publish._remove_old = killed  # type: ignore[assignment]
+            split_pack(whole, out, limit)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+def _set_as_read(out: Path) -> tuple[str, list[str]]:
+    """What a reader of ``NAME-*.kbpack`` reads: (the one set id, the documents in order)."""
+    from kbpack.set_publish import committed_members
+
+    given = sorted(out.parent.glob(f"{out.stem}-*{out.suffix}"))
+    files, _notes = committed_members(given)
+    ids, names = set(), []
+    for i, f in enumerate(files, 1):
+        with PackReader(f) as r:
+            info = r.manifest.extra["set"]
+            ids.add(info["id"])
+            assert info["index"] == i and info["count"] == len(files)
+            names += r.strings("/documents/name")
+    assert len(ids) == 1, ids  # never members of two sets
+    return ids.pop(), names
+
+
+def test_a_kill_between_the_renames_shows_readers_the_old_set_or_the_new(
+    whole: Path, tmp_path: Path
+) -> None:
+    from kbpack.federate import PackSet
+
+    with PackReader(whole) as r:
+        documents = r.strings("/documents/name")
+    (tmp_path / "probe").mkdir()
+    probe = split_pack(whole, tmp_path / "probe" / "set.kbpack", 220 * 1024)
+    n_new = len(probe.members)
+    for after in range(n_new + 1):
+        folder = tmp_path / f"after-{after}"
+        folder.mkdir()
+        out = folder / "set.kbpack"
+        old = split_pack(whole, out, 320 * 1024)  # other boundaries: a mix would show
+        assert len(old.members) != n_new
+        _split_killed(whole, out, 220 * 1024, after)
+        set_id, names = _set_as_read(out)
+        # the commit is member 001's rename, the last of the n_new
+        assert set_id == (old.set_id if after < n_new else probe.set_id), after
+        assert names == documents  # every document once, in order: a whole set
+        given = sorted(folder.glob("set-*.kbpack"))
+        with PackSet(given, load_model=False) as s:
+            hits = s.search("E-1017", k=3, mode="bm25").results
+            assert hits and hits[0].doc == "doc-17.md"
+        if 0 < after < n_new:  # visible files of both sets: verify says so
+            v = verify_pack(out.with_name("set-001.kbpack"))
+            assert "set-publish-unfinished" in [f.code for f in v.findings]
+        # the next publish finishes: the new set, nothing hidden or left over
+        again = split_pack(whole, out, 220 * 1024)
+        assert _set_as_read(out) == (again.set_id, documents)
+        assert sorted(p.name for p in folder.iterdir()) == [
+            f"set-{i:03d}.kbpack" for i in range(1, n_new + 1)
+        ]
+
+
+def test_a_failed_rename_puts_the_old_set_back(
+    whole: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import hashlib
+    import os
+
+    out = tmp_path / "set.kbpack"
+    split_pack(whole, out, 320 * 1024)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    real, calls = os.replace, {"n": 0}
+
+    def replace(src: object, dst: object) -> None:
+        if not Path(str(dst)).name.startswith("."):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError(errno.EIO, "Input/output error", str(dst))
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError):
+        split_pack(whole, out, 220 * 1024)
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    assert after == before  # the old set byte for byte, no temp file, no backup
+
+
+def test_without_hard_links_a_member_moved_aside_is_still_read(whole: Path, tmp_path: Path) -> None:
+    with PackReader(whole) as r:
+        documents = r.strings("/documents/name")
+    out = tmp_path / "set.kbpack"
+    old = split_pack(whole, out, 320 * 1024)
+    # killed between moving old member 2 aside and renaming new member 2 into its name
+    _split_killed(whole, out, 220 * 1024, 0, links=False)
+    assert not out.with_name("set-002.kbpack").exists()
+    assert _set_as_read(out) == (old.set_id, documents)
+    again = split_pack(whole, out, 220 * 1024)
+    assert _set_as_read(out) == (again.set_id, documents)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]

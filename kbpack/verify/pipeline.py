@@ -141,6 +141,8 @@ CODES: dict[str, str] = {
     "set-member-missing": "another member of the pack set is not beside this one",
     "set-member-unreadable": "another member of the pack set has no readable header",
     "set-member-foreign": "a file named as a member of the set belongs to another set",
+    "set-publish-unfinished": "a member of the set was replaced by a publish that was cut short "
+    "(the set's own member waits in a hidden backup beside it)",
 }
 
 
