@@ -64,7 +64,11 @@ KILL_DOCS = (
 COMMANDS = ("build", "update", "merge", "migrate", "split")
 
 TRACED_BUILD = """
-import sys
+import os, sys, time
+from kbpack.entry import answer_signals_early  # what the kbpack command does first
+answer_signals_early()
+with open(sys.argv[1], "a") as f:
+    f.write(f"imports {{time.time():.6f}} {{os.getpid()}}\\n")
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from fault_points import trace
@@ -195,6 +199,22 @@ def phase_windows(
     return windows
 
 
+def _living(group: int) -> dict[int, str]:
+    """Processes of process group ``group`` that are not zombies: pid -> command (its kind)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == group and fields[0] != "Z":
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                kind = "extract worker" if b"extract.worker" in b" ".join(cmd) else "fork"
+                found[int(entry)] = kind
+    return found
+
+
 def kill_case(
     world: World,
     sig: signal.Signals,
@@ -214,7 +234,7 @@ def kill_case(
     before = [sha(t) for t in targets]
     log = folder.parent / f"{folder.name}.trace"
     code = TRACED_BUILD.format(tests=str(ROOT / "tests"))
-    inside = phase not in ("startup", "-")
+    inside = phase not in ("startup", "imports", "-")
     kill = [phase, str(nth), str(delay), str(int(sig))] if inside else ["-", "0", "0", "0"]
     args = [sys.executable, "-c", code, str(log), str(out), *kill, *world.args(command, out)]
     # a fresh name per build so that the new pack differs from the old one
@@ -225,7 +245,7 @@ def kill_case(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     hit = None
-    if phase == "startup":
+    if phase in ("startup", "imports"):  # before the trace exists: sent from here
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=delay)
         if p.poll() is None:
@@ -242,16 +262,13 @@ def kill_case(
             i = names.index("signal")
             hit = names[i - 1] if i else "startup"
     sent = hit is not None
-    # a child that outlived the build (an HDF5 child would go on writing a temp file)
-    orphans = 0
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(p.pid, 0)
-        orphans = 1
-        time.sleep(1.0)  # let a child that was on its way out finish
+    # children that outlived the build, not yet dead (an HDF5 child would go on writing a temp
+    # file); zombies waiting for init to reap them are dead
+    survivors = _living(p.pid)
+    if survivors:
+        time.sleep(1.0)
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, 0)
-            orphans = 2  # still there after a second
-            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGKILL)  # ours: started in its own group above
     now = [sha(t) for t in targets]
     if now == before:
         state = "old"
@@ -261,9 +278,9 @@ def kill_case(
         state = "partial"
     lines = stderr.strip().splitlines()
     if hit == "startup":
-        # before kbpack's handlers exist (interpreter start-up, imports): Python's defaults
-        # (SIGTERM: rc -15, no message; SIGINT: a KeyboardInterrupt traceback); nothing is
-        # open for writing, so only the pack and the temp files are judged
+        # before any kbpack code runs (the interpreter starting): Python's defaults (SIGTERM:
+        # rc -15, no message; SIGINT: a KeyboardInterrupt traceback); nothing is open for
+        # writing, so only the pack and the temp files are judged
         rc_ok = message_ok = True
     elif sig == signal.SIGKILL or not sent:
         message_ok = (not sent and p.returncode == 0) or sig == signal.SIGKILL
@@ -291,7 +308,8 @@ def kill_case(
         "message_ok": message_ok,
         "message": lines[-1][:160] if lines else "",
         "lines": len(lines),
-        "orphans": orphans,
+        "orphans": len(survivors),
+        "orphan_commands": sorted(set(survivors.values())),
         "temp_left_by_kill": left_by_kill,
         "temp_after_next_build": len(left_after),
         "next_build_ok": rebuild == 0,
@@ -306,6 +324,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=60, help="signals sent, split over the three")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-io", action="store_true", help="signals only (skip part 1)")
+    ap.add_argument("--phases", nargs="+", choices=KILL_PHASES, help="kill only in these")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -330,11 +349,16 @@ def main() -> int:
               for k, v in windows.items()}), file=sys.stderr, flush=True)  # fmt: skip
         kills = []
         sigs = [signal.SIGKILL, signal.SIGINT, signal.SIGTERM]
-        phases = [p for p in KILL_PHASES if p in windows]
+        phases = [p for p in a.phases or KILL_PHASES if p in windows]
         for i in range(a.kills):
             sig, phase = sigs[i % 3], phases[(i // 3) % len(phases)]
             nth = rng.randrange(len(windows[phase])) + 1
-            delay = rng.uniform(0.0, windows[phase][nth - 1])
+            # a phase shorter than a timer thread's start (header, rename: well under 5 ms) is
+            # hit at its start, from inside the traced call
+            span = windows[phase][nth - 1]
+            delay = rng.uniform(0.0, span) if span > 0.005 else 0.0
+            if phase == "imports":  # sent from outside, counted from the spawn
+                delay += windows["startup"][0]
             for _ in range(4):  # a child's timer dies with the child: try a shorter delay
                 k = kill_case(world, sig, phase, delay, nth)
                 if k["phase"] != "finished":

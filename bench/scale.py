@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,12 +55,12 @@ print(t1 - t, t2 - t1)
 """
 
 
-def build(n: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
-    path = OUT / f"synth-{n}.kbpack"
+def build(n: int, rebuild: bool, folder: Path = OUT) -> tuple[Path, dict[str, Any]]:
+    path = folder / f"synth-{n}.kbpack"
     meta = path.with_suffix(".json")
     if rebuild or not (path.exists() and meta.exists()):
         print(f"building {path.name}...", file=sys.stderr)
-        OUT.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         out = subprocess.run(
             [*SYNTH_PACK, str(n), "-o", str(path), "--json"],
             check=True,
@@ -72,6 +73,58 @@ def build(n: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
 
 def median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 3)
+
+
+def first_open_times(path: Path, repeat: int) -> dict[str, Any]:
+    """The first open of a pack on a machine (its pre-flight parse in a sandboxed child,
+    kbpack/pack/preflight.py) beside the second (remembered), each in a fresh process, one
+    after the other; and the pre-flight's parts in this process: the global heap walk and the
+    HDF5 parse (strings read, chunk indexes walked)."""
+    import resource
+    import tempfile
+
+    from kbpack.pack.global_heap import malformed_collections
+    from kbpack.pack.manifest import read_header
+    from kbpack.pack.preflight import parse_in_child
+
+    def cpu_children() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    first, second, first_cpu, second_cpu = [], [], [], []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "KBPACK_CACHE_DIR": cache}  # nothing remembered yet
+            for times, cpu in ((first, first_cpu), (second, second_cpu)):
+                c0 = cpu_children()
+                out = subprocess.run(
+                    [sys.executable, "-c", _OPEN_CHILD, str(path)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    env=env,
+                ).stdout.split()
+                times.append(float(out[1]))
+                cpu.append(cpu_children() - c0)  # the whole process (and the pre-flight child)
+    m = read_header(path).manifest
+    heap, parse = [], []
+    parse_in_child(str(path), path.stat().st_size, m.format_version, m.counts)  # imports h5py
+    for _ in range(repeat):
+        t = time.process_time()
+        malformed_collections(path)
+        heap.append(time.process_time() - t)
+        t = time.process_time()
+        parse_in_child(str(path), path.stat().st_size, m.format_version, m.counts)
+        parse.append(time.process_time() - t)
+    return {
+        "first_open_ms": median_ms(first),
+        "second_open_ms": median_ms(second),
+        "first_open_process_cpu_ms": median_ms(first_cpu),
+        "second_open_process_cpu_ms": median_ms(second_cpu),
+        "preflight_heap_walk_cpu_ms": median_ms(heap),
+        "preflight_parse_cpu_ms": median_ms(parse),
+    }
 
 
 def open_times(path: Path, repeat: int) -> dict[str, float]:
@@ -188,15 +241,19 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bm25s-max", type=int, default=100_000)
     ap.add_argument("--rebuild", action="store_true", help="build even when a pack exists")
+    ap.add_argument("--dir", type=Path, default=OUT, help="where the packs are (or go)")
+    ap.add_argument("--open-only", action="store_true", help="open times only, no queries")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     texts = questions(args.queries)
     rows = []
     for n in args.sizes:
-        path, figures = build(n, args.rebuild)
+        path, figures = build(n, args.rebuild, args.dir)
         row: dict[str, Any] = {"chunks": n, "build": figures}
+        row |= first_open_times(path, args.repeat)
         row |= open_times(path, 7)
-        row |= latencies(path, texts, args.repeat, n <= args.bm25s_max)
+        if not args.open_only:
+            row |= latencies(path, texts, args.repeat, n <= args.bm25s_max)
         rows.append(row)
         print(f"{n} done", file=sys.stderr)
     report = {"queries": len(texts), "repeat": args.repeat, "rows": rows}
@@ -221,6 +278,23 @@ def render(report: dict[str, Any]) -> str:
             f"{b['total_s']:>8.1f} {b['peak_rss_mb']:>11.0f}  {stages}"
         )
     lines.append("")
+    lines.append(
+        "first open on a machine (pre-flight) vs second, fresh process, median ms "
+        "(open: wall; cpu: the whole process with its children; parts: cpu in-process)"
+    )
+    lines.append(
+        f"{'chunks':>9} {'1st open':>9} {'2nd open':>9} {'1st cpu':>9} {'2nd cpu':>9} "
+        f"{'heap walk':>10} {'HDF5 parse':>10}"
+    )
+    for r in report["rows"]:
+        lines.append(
+            f"{r['chunks']:>9} {r['first_open_ms']:>9.1f} {r['second_open_ms']:>9.1f} "
+            f"{r['first_open_process_cpu_ms']:>9.1f} {r['second_open_process_cpu_ms']:>9.1f} "
+            f"{r['preflight_heap_walk_cpu_ms']:>10.1f} {r['preflight_parse_cpu_ms']:>10.1f}"
+        )
+    lines.append("")
+    if any("model_load_ms" not in r for r in report["rows"]):
+        return "\n".join(lines)
     lines.append("open and first query")
     lines.append(
         f"{'chunks':>9} {'open ms':>8} {'fresh proc ms':>13} {'model load ms':>13} "

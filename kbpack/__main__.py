@@ -1,5 +1,5 @@
 """``python -m kbpack`` is the ``kbpack`` command."""
 
-from kbpack.cli import main
+from kbpack.entry import main
 
 main()

@@ -19,13 +19,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbpack.errors import ModelError
 from kbpack.model.cache import cache_dir
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.search import Searcher, SearchResponse
+
+if TYPE_CHECKING:
+    from kbpack.model_load import ModelLoad
 
 
 class Pack:
@@ -52,6 +55,8 @@ class Pack:
         self.close()
 
     def close(self) -> None:
+        if self._searcher is not None:
+            self._searcher.finish_loading()  # never close the file under a running load
         self.reader.close()
 
     @property
@@ -61,12 +66,13 @@ class Pack:
     @property
     def searcher(self) -> Searcher:
         if self._searcher is None:
-            embedder, notes = (
+            # the model loads in a worker thread while the search does its other work
+            loading, notes = (
                 (None, [])
                 if not self._load_model
-                else resolve_embedder(self.reader, self._model_arg, threads=self._threads)
+                else start_embedder(self.reader, self._model_arg, threads=self._threads)
             )
-            self._searcher = Searcher(self.reader, embedder, notes)
+            self._searcher = Searcher(self.reader, None, notes, loading=loading)
             self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher
 
@@ -115,10 +121,37 @@ def resolve_embedder(
     reader: PackReader, model: Path | None, threads: int | None = None
 ) -> tuple[Any | None, list[str]]:
     """The embedder for dense search on this pack, or (None, [why not])."""
+    choice, notes = resolve_model(reader, model)
+    if choice is None:
+        return None, notes
+    from kbpack.embed import Embedder
+
+    path, prefixes = choice
+    return Embedder(path, prefixes=prefixes, threads=threads), []
+
+
+def start_embedder(
+    reader: PackReader, model: Path | None, threads: int | None = None
+) -> tuple[ModelLoad | None, list[str]]:
+    """``resolve_embedder`` with the load in a worker thread (``kbpack.model_load``): the
+    model is chosen here, llama.cpp loads it while the caller goes on."""
+    choice, notes = resolve_model(reader, model)
+    if choice is None:
+        return None, notes
+    from kbpack.embed import Embedder
+    from kbpack.model_load import ModelLoad
+
+    path, prefixes = choice
+    return ModelLoad(lambda: Embedder(path, prefixes=prefixes, threads=threads)), []
+
+
+def resolve_model(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:
+    """The query-side model for this pack: ``((GGUF path, Prefixes), [])``, or
+    ``(None, [why not])``. Nothing is loaded."""
     stamp = reader.model
     if stamp is None:
         return None, ["this pack has no vectors (built with --no-vectors): lexical-only results"]
-    from kbpack.embed import Embedder, sha256_file
+    from kbpack.embed import sha256_file
     from kbpack.model.prefixes import Prefixes
 
     prefixes = Prefixes.from_stamp(stamp)  # the pack's, never the model family's defaults
@@ -130,7 +163,7 @@ def resolve_embedder(
             return None, [
                 f"--model {model} is not the pack's model {label}: dense search skipped, lexical-only results"
             ]
-        return Embedder(model, prefixes=prefixes, threads=threads), []
+        return (model, prefixes), []
     if reader.has_embedded_model:
         path = cache_dir() / "models" / f"{want}.gguf"
         if not path.exists() or sha256_file(path) != want:
@@ -141,7 +174,7 @@ def resolve_embedder(
                 return None, [
                     f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
                 ]
-        return Embedder(path, prefixes=prefixes, threads=threads), []
+        return (path, prefixes), []
     try:
         from kbpack.embed import default_model_path
 
@@ -149,7 +182,7 @@ def resolve_embedder(
     except ModelError as e:
         return None, [f"the pack's model {label} is not available ({e}): lexical-only results"]
     if sha256_file(default) == want:
-        return Embedder(default, prefixes=prefixes, threads=threads), []
+        return (default, prefixes), []
     return None, [
         f"the pack was built with {label}, which is not the default model: pass --model FILE.gguf; lexical-only results"
     ]

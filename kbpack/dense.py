@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kbpack.pieces import PIECE_WEIGHT
 from kbpack.vector_scan import StoredRows, rows_of, scan, scan_rounded, sorted_unique
+
+PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class DenseScores:
     error: float
     rescore: Rescore
     exact: np.ndarray = field(init=False)
+    _unfiltered: dict[int, np.ndarray] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.exact = np.full(self.score.size, self.error == 0.0)
@@ -145,6 +147,8 @@ class DenseScores:
         so an exact score < t - error <= E, and its rounded score < E as well: it cannot enter
         the top n, nor tie with its last row.
         """
+        if mask is None and n in self._unfiltered:  # a search asks again: one pass over 1M saved
+            return self._unfiltered[n]
         sims = self.score if mask is None else np.where(mask, self.score, -np.inf)
         m = min(n, int(np.isfinite(sims).sum()))
         if m == 0:
@@ -157,6 +161,8 @@ class DenseScores:
         self.make_exact(rows)
         # every row of the top n is among ``rows``, and every row left out scores below it
         order = np.lexsort((rows, -self.score[rows]))[:m]
+        if mask is None:
+            self._unfiltered[n] = rows[order]
         return rows[order]
 
 

@@ -201,11 +201,13 @@ class SetSearcher(Searcher):
         group = self.members[i].copy_group(local)
         return None if group is None else (i, group)
 
-    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+    def _list_copies(
+        self, chunk: int, res: Result, prefix: str = "", context: str = "chunk"
+    ) -> None:
         if not self.use_copies:
             return
         i, local = self.locate(chunk)
-        self.members[i]._list_copies(local, res, f"{self.names[i]}: ")
+        self.members[i]._list_copies(local, res, f"{self.names[i]}: ", context)
 
     def _near_copy_in(
         self, chunk: int, res: Result, ids: list[int], shown: list[Result]

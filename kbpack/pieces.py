@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kbpack.chunk import _blocks, _split, embedded_text
+from kbpack.dense import PIECE_WEIGHT as PIECE_WEIGHT  # there: a query imports dense only
 
 PIECE_MIN_CHARS = 120
 PIECE_MAX_CHARS = 600
 # On: bench/pieces.py measured a win on both phrasings of the development set (README "Quality")
 DEFAULT_PIECES = True
-PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)
 
 PIECE_RULE = (
     f"sentence pieces of each chunk's content: blocks as the chunker cuts them, prose at sentence "

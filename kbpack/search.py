@@ -22,7 +22,7 @@ import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,7 +44,10 @@ from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.stopwords import ENGLISH, ITALIAN, STOPWORDS
 from kbpack.typos import Suggestion, best_suggestions, checkable, near_terms
-from kbpack.vector_scan import sorted_unique
+from kbpack.vector_scan import simsimd_module, sorted_unique
+
+if TYPE_CHECKING:
+    from kbpack.model_load import ModelLoad
 
 RRF_K = 60
 CANDIDATES = 100  # per list; the fused list is cut to k afterwards
@@ -205,9 +208,18 @@ class IdentifierGate:
 class Searcher:
     """Search over one open pack. ``embedder`` is None when dense search cannot run."""
 
-    def __init__(self, reader: PackReader, embedder: Any | None, notes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        reader: PackReader,
+        embedder: Any | None,
+        notes: Sequence[str] = (),
+        loading: ModelLoad | None = None,
+    ) -> None:
+        """``loading``: the embedder, still loading in a worker thread (``kbpack.model_load``);
+        it becomes ``embedder`` when a search first needs it."""
         self.r = reader
-        self.embedder = embedder
+        self._embedder = embedder
+        self._loading = loading
         self.notes = list(notes)
         self._lookup: TermLookup | None = None
         self._qcache: tuple[str, np.ndarray] | None = None
@@ -225,11 +237,35 @@ class Searcher:
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
         self._dense_cache: tuple[str, DenseScores] | None = None
+        self._ahead: ModelLoad | None = None  # the finished load, holding the query it embedded
         # The query prefix comes from the pack, never from the embedder or the caller: a pack
         # built with a prefix cannot be queried without it.
         self.query_prefix = str(reader.model.get(F.M_QUERY_PREFIX, "")) if reader.model else ""
         # A cross-encoder (kbpack.rerank.Reranker) that reorders the top of the list, or None.
         self.reranker: Any | None = None
+
+    @property
+    def embedder(self) -> Any | None:
+        """The query-side embedder (None: dense search cannot run); waits for a running load
+        and raises its error."""
+        if self._loading is not None:
+            loading, self._loading = self._loading, None
+            self._embedder = loading.result()
+            self._ahead = loading
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, value: Any | None) -> None:
+        self.finish_loading()
+        self._embedder = value
+
+    def finish_loading(self) -> None:
+        """Wait for a model still loading (its error, if any, is left to the next search)."""
+        if self._loading is not None:
+            self._loading.wait()
+
+    def _loading_now(self) -> bool:
+        return self._loading is not None and self._loading.running
 
     def prepare(self) -> None:
         """Load now what every query needs (the vectors, the baked BM25 postings), so that a
@@ -291,7 +327,10 @@ class Searcher:
         """The query's unit vector, embedded once per query string."""
         assert self.embedder is not None
         if self._qcache is None or self._qcache[0] != query:
-            vector = self.embedder.embed([self.query_prefix + query])[0]
+            text = self.query_prefix + query
+            # embedded by the loading thread right after the load (``_embed_ahead``), or here
+            ahead = self._ahead.vector(text) if self._ahead is not None else None
+            vector = ahead if ahead is not None else self.embedder.embed([text])[0]
             self._qcache = (query, vector.astype(np.float32))
         return self._qcache[1]
 
@@ -325,6 +364,8 @@ class Searcher:
             # a NaN or infinite component (a pack whose digests were rewritten to match: only
             # verify's invariants would say so) must be one line, not a fusion ValueError
             for element, values in ((F.VEC_DATA, d.cos), (F.PIECE_DATA, d.score)):
+                if np.isfinite(values).all():  # (no index array to build: the usual case)
+                    continue
                 bad = np.flatnonzero(~np.isfinite(values))
                 if bad.size:
                     raise DamagedDataError(
@@ -433,22 +474,34 @@ class Searcher:
                 f"max_distance must be a cosine distance in [0, 2], got {max_distance}"
             )
         notes = list(self.notes)
-        lexical_only = False
-        if mode != "bm25" and self.embedder is None:
-            lexical_only = True
-            mode_used = "bm25"
-        else:
-            mode_used = mode
         threshold = self.default_threshold() if max_distance is None else max_distance
         mask = self._mask(doc, kind, section)
+        if mode != "bm25" and self._loading is not None:
+            self._loading.ahead(self.query_prefix + query)  # embedded right after the load
 
+        # What does not need the query vector runs first: with the model still loading in a
+        # worker thread (``kbpack.model_load``), it runs meanwhile.
         bm_ids, bm_scores = np.zeros(0, np.int64), np.zeros(0, np.float64)
         de_ids = np.zeros(0, np.int64)
         sims: np.ndarray | None = None
         bm_terms: list[TermList] = []
-        if mode_used in ("hybrid", "bm25"):
+        if mode != "dense":
             bm_terms = self._bm25_terms(query)
             bm_ids, bm_scores = top_k_exact(bm_terms, self.n_chunks(), CANDIDATES, mask)
+        gate = self.identifier_gate(query) if (refuse and mode == "hybrid") else None
+        words = set(analyzed_content_terms(query, self.analyzer_name))
+        foreign = foreign_query(query)
+        suggestions = self.spelling(query)
+        if mode != "bm25":
+            self._read_ahead()
+
+        lexical_only = mode != "bm25" and self.embedder is None  # waits for a running load
+        mode_used = "bm25" if lexical_only else mode
+        if lexical_only and mode == "dense":  # the BM25 list did not run above
+            bm_terms = self._bm25_terms(query)
+            bm_ids, bm_scores = top_k_exact(bm_terms, self.n_chunks(), CANDIDATES, mask)
+        if mode_used != "hybrid":
+            gate = None
         if mode_used in ("hybrid", "dense"):
             sims = self.dense_similarities(query)
             de_ids = self._dense_scores(query).top(CANDIDATES, mask)
@@ -472,9 +525,6 @@ class Searcher:
         # the refusal distance is the chunk's own (with pieces it differs from 1 - score)
         distances = None if sims is None else self.dense_distances(query)
         dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
-        gate = self.identifier_gate(query) if (refuse and mode_used == "hybrid") else None
-        words = set(analyzed_content_terms(query, self.analyzer_name))
-        foreign = foreign_query(query)
 
         def passes(c: int) -> bool:
             if not refuse:
@@ -525,7 +575,7 @@ class Searcher:
             results.append(res)
             ids.append(c)
         for c, res in zip(ids, results, strict=True):
-            self._list_copies(c, res)
+            self._list_copies(c, res, context=context)
         if sims is not None:
             self._check_dense(query, ids)
         if top and results:
@@ -542,8 +592,38 @@ class Searcher:
             lexical_only=lexical_only,
             notes=notes,
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
-            suggestions=self.spelling(query),
+            suggestions=suggestions,
         )
+
+    def _read_ahead(self) -> None:
+        """While the model loads in a worker thread: what the dense scan and the citations
+        will read anyway (each step only if the load is still running, so that this never
+        makes a query wait longer than the load): the vectors' chunk index and mapping, the
+        scan kernel's import, the columns and names a result is made of."""
+        r = self.r
+        steps = [
+            lambda: r.stored_rows(F.VEC_DATA) if r.has_vectors else None,
+            self._pieces,
+            simsimd_module,
+            *(
+                (lambda path=path: r.column(path))
+                for path in (F.CHUNK_DOCUMENT, F.CHUNK_SECTION, F.CHUNK_FROM, F.CHUNK_TO)
+            ),
+            lambda: r.column(F.CHUNK_PAGE),
+            lambda: r.strings(F.DOC_NAME),
+            lambda: r.strings(F.DOC_TITLE),
+            lambda: r.column(F.SEC_PARENT),
+            lambda: r.strings(F.SEC_TITLE),
+            lambda: r.strings(F.DOC_TEXT_SHA256),
+            lambda: r.copy_groups() if self.use_copies else None,
+        ]
+        for step in steps:
+            if not self._loading_now():
+                return
+            try:
+                step()
+            except Exception:  # raised again, in its place, if the query reads it
+                return
 
     # -- copies of one passage (kbpack/copies.py, spec/FORMAT.md /copies) ----------------------
     def copy_group(self, chunk: int) -> Any | None:
@@ -561,13 +641,22 @@ class Searcher:
             return []
         return [int(x) for x in np.flatnonzero(groups == groups[chunk]) if x != chunk]
 
-    def chunk_locator(self, chunk: int) -> str:
-        """The citation of ``chunk`` (what ``Result.locator`` would say)."""
+    def chunk_locator(self, chunk: int, context: str = "chunk") -> str:
+        """The citation of ``chunk`` as ``Result.locator`` says it for ``context``: the
+        chunk's characters, or (``"section"``) its whole section's."""
         r = self.r
         doc = int(r.column(F.CHUNK_DOCUMENT)[chunk])
-        start, end = int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
+        start, end = self._span(chunk, context)
         page = int(r.column(F.CHUNK_PAGE)[chunk]) or None
         return locator(r.strings(F.DOC_NAME)[doc], start, end, page)
+
+    def _span(self, chunk: int, context: str) -> tuple[int, int]:
+        """``[from, to)`` of ``chunk`` in its document's text, or of its section's."""
+        r = self.r
+        if context == "section":
+            sec = int(r.column(F.CHUNK_SECTION)[chunk])
+            return int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
+        return int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
 
     def _near_copy_in(
         self, chunk: int, res: Result, ids: list[int], shown: list[Result]
@@ -577,13 +666,16 @@ class Searcher:
         results of different packs (``SetSearcher``)."""
         return None
 
-    def _list_copies(self, chunk: int, res: Result, prefix: str = "") -> None:
+    def _list_copies(
+        self, chunk: int, res: Result, prefix: str = "", context: str = "chunk"
+    ) -> None:
         """Add the stored group's other members to ``res.also`` (after those collapsed into
-        it, up to ``ALSO_MAX``): every place the passage is, whether it ranked or not."""
+        it, up to ``ALSO_MAX``): every place the passage is, whether it ranked or not, cited
+        as the result is (``context``: a section's locator for ``--context section``)."""
         for other in self.copy_members(chunk):
             if len(res.also) >= ALSO_MAX:
                 break
-            where = prefix + self.chunk_locator(other)
+            where = prefix + self.chunk_locator(other, context)
             if where not in res.also and where != prefix + res.locator:
                 res.also.append(where)
 
@@ -722,10 +814,8 @@ class Searcher:
         r = self.r
         doc = int(r.column(F.CHUNK_DOCUMENT)[c])
         sec = int(r.column(F.CHUNK_SECTION)[c])
-        start, end = int(r.column(F.CHUNK_FROM)[c]), int(r.column(F.CHUNK_TO)[c])
+        start, end = self._span(c, context)
         page = int(r.column(F.CHUNK_PAGE)[c]) or None
-        if context == "section":
-            start, end = int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
         name = r.strings(F.DOC_NAME)[doc]
         content = r.text(doc)[start:end]
         return Result(

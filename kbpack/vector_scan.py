@@ -88,7 +88,7 @@ def rounding_error(q: np.ndarray) -> float:
     Cauchy-Schwarz bounds the rounding of the query: ``|row . (q - hi)| <= |row| |q - hi|``;
     each float32 dot product of ``dims`` terms, the scan's and the reference's, errs by at most
     ``gamma(dims) |row| |q|`` (Higham's bound, ``gamma(n) = n u / (1 - n u)``, u = 2^-24).
-    Rows are unit vectors to within ``NORM_TOLERANCE`` (spec §3.3; verify checks it).
+    Rows are unit vectors to within ``NORM_TOLERANCE`` (spec §3.5; verify checks it).
     """
     q = np.asarray(q, dtype=np.float64)
     hi = q.astype(np.float16).astype(np.float64)

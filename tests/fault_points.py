@@ -143,9 +143,11 @@ def _set(module: Any, open_: Any) -> Iterator[None]:
         del module.open
 
 
-# A killed write reports the phase it was in: the phases above as the build meets them, then
-# ``published`` (the rename onto the output is done; the process is finishing).
-KILL_PHASES = ("startup", *PHASES, "published")
+# A killed write reports the phase it was in: ``startup`` (the interpreter starting, before any
+# kbpack code), ``imports`` (kbpack/entry.py answers signals; the CLI is being imported), the
+# phases above as the build meets them, then ``published`` (the rename onto the output is done;
+# the process is finishing).
+KILL_PHASES = ("startup", "imports", *PHASES, "published")
 
 
 @contextlib.contextmanager

@@ -301,3 +301,33 @@ def test_diff_says_when_copy_groups_change(tmp_path: Path) -> None:
     assert "chunks in copy groups not stored -> 4" in d.differences
     assert d.as_dict()["counts"]["copies"] == {"old": 0, "new": 4}
     assert diff_packs(new, new).same_content
+
+
+def test_context_section_lists_the_other_places_as_sections(tmp_path: Path) -> None:
+    """With --context section a result cites its section, so the places in ``also`` are the
+    other copies' sections too (they were chunk locators: a mix no reader could compare)."""
+    import kbpack
+    from kbpack.search import locator
+
+    with kbpack.open(copies_pack(tmp_path / "c.kbpack"), load_model=False) as p:
+        r = p.reader
+        by_chunk = p.search("orphaning a package", k=5, mode="bm25", doc="guide.md").results[0]
+        solo = p.search(
+            "orphaning a package", k=5, mode="bm25", doc="guide.md", context="section"
+        ).results[0]
+        assert solo.chunk == by_chunk.chunk and solo.doc == "guide.md"
+        names = r.strings(F.DOC_NAME)
+        sections = r.column(F.CHUNK_SECTION)
+        want = []
+        for c in p.searcher.copy_members(solo.chunk):
+            sec = int(sections[c])
+            doc = names[int(r.column(F.CHUNK_DOCUMENT)[c])]
+            start, end = int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
+            want.append(locator(doc, start, end, None))
+        assert want and solo.also == want
+        assert solo.also != by_chunk.also  # the chunk context still lists chunks
+        for where in solo.also:  # each names the whole section of the copy
+            doc, frag = where.split("#char=")
+            start, end = map(int, frag.split(","))
+            text = r.text(names.index(doc))
+            assert text[start:end].startswith("# Orphaning") or "Orphaning" in text[start:end]

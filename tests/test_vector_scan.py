@@ -214,6 +214,10 @@ def test_chunks_at_odd_offsets_are_scanned_in_place(tmp_path: Path, stored: Stor
         assert rows.mapped
         q = queries(1)[0]
         np.testing.assert_allclose(rows.scan(q), reference(chunks, q), atol=1e-6)
+        got, error = rows.scan_bounded(q, rounded=True)
+        assert np.abs(got - reference(chunks, q)).max() <= error
+        ids = np.array([0, 341, 2999, 5])  # the rows a re-score reads, unaligned too
+        np.testing.assert_array_equal(rows.rows(ids), chunks[ids].astype(np.float32))
     finally:
         rows.close()
         h.close()
@@ -298,6 +302,9 @@ def test_one_pass_top_equals_the_exact_top(stored: Stored, with_pieces: bool) ->
             d.make_exact(ids)
             np.testing.assert_allclose(d.score[ids], want_score[ids], atol=1e-6)
             np.testing.assert_allclose(d.cos[ids], want_cos[ids], atol=1e-6)
+            # asked again (a search does), after other rows were made exact: the same top
+            assert d.top(TOP).tolist() == exact_top(want_score, TOP)
+            assert d.top(TOP, mask).tolist() == exact_top(want_score, TOP, mask)
     finally:
         hc.close()
         hp.close()

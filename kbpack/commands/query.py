@@ -20,7 +20,7 @@ from kbpack.commands.common import (
     threads_option,
 )
 from kbpack.errors import Exit, KbpackError, UsageError
-from kbpack.extract.common import KIND_BY_SUFFIX
+from kbpack.kinds import KIND_BY_SUFFIX
 from kbpack.search import MODES
 
 KINDS = sorted(set(KIND_BY_SUFFIX.values()))

@@ -7,20 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kbpack.document import Document, Section
-
-# Extension -> kind. Anything else is skipped as unsupported.
-KIND_BY_SUFFIX: dict[str, str] = {
-    ".md": "md",
-    ".markdown": "md",
-    ".txt": "txt",
-    ".text": "txt",
-    ".rst": "txt",
-    ".html": "html",
-    ".htm": "html",
-    ".xhtml": "html",
-    ".pdf": "pdf",
-    ".docx": "docx",
-}
+from kbpack.kinds import KIND_BY_SUFFIX
 
 MEDIA_TYPES: dict[str, str] = {
     "md": "text/markdown",

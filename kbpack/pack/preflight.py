@@ -12,6 +12,12 @@ child crashes, stalls or finds a malformed heap, the pack is refused in one line
 survives, the pack is remembered (path, size, mtime, inode and the manifest's digest, in the
 user cache) and later opens skip the check. A cache that cannot be written costs only the
 repeated check.
+
+Two other events prove as much, and remember the pack too (:func:`remember_parsed`): this
+kbpack has just written the file (a writer's commit: the bytes come from its own data, not from
+anyone's crafting), and a full ``verify`` found it intact (its sandboxed child walks the same
+heaps and reads every element, attribute and chunk, and more). So the usual ways a pack
+arrives -- built here, or copied and verified on arrival -- open without the pre-flight.
 """
 
 from __future__ import annotations
@@ -103,6 +109,26 @@ def parse_in_child(
     return {"heap": "", "clean": clean}
 
 
+def _remember(key: str) -> None:
+    with contextlib.suppress(OSError):
+        memo = _memo(key)
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.touch()
+
+
+def remember_parsed(path: Path, header: Header | None = None, seen: str = "") -> None:
+    """Record that ``path``, as it is now, is safe to parse in-process (see the module
+    docstring for who may say so); ``seen``: the file's ``memo_key`` when the proof began
+    (nothing is recorded if the file changed since). Never fails: a memo that cannot be
+    written costs only the pre-flight at the next open."""
+    from kbpack.pack.manifest import read_header
+
+    with contextlib.suppress(Exception):
+        key = memo_key(path, header or read_header(path))
+        if not seen or key == seen:
+            _remember(key)
+
+
 def check_parses(path: Path, header: Header, file_size: int) -> None:
     """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
     docstring); return at once for a pack already checked on this machine."""
@@ -137,7 +163,4 @@ def check_parses(path: Path, header: Header, file_size: int) -> None:
             f"{path}: damaged: {result['heap']}; run kbpack verify {path}, then copy the pack again"
         )
     if key and result["clean"]:
-        with contextlib.suppress(OSError):
-            memo = _memo(key)
-            memo.parent.mkdir(parents=True, exist_ok=True)
-            memo.touch()
+        _remember(key)

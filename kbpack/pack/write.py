@@ -34,6 +34,7 @@ from kbpack.errors import KbpackError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
+from kbpack.pack.preflight import remember_parsed
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
 from kbpack.pack.write_child import (
@@ -421,6 +422,8 @@ class PackWriter:
         except BaseException:
             self.abort()  # (nothing to undo once committed: a late signal is raised here)
             raise
+        if not self.intermediate:  # its own bytes: its first open needs no pre-flight
+            remember_parsed(self.out)
         return CommitResult(self.out, size, counts)
 
     def abort(self) -> None:

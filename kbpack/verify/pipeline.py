@@ -28,11 +28,13 @@ This module runs the steps in order; each lives in its own module of ``kbpack.ve
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from kbpack.errors import UsageError
 from kbpack.pack.manifest import refuse_non_regular
+from kbpack.pack.preflight import memo_key, remember_parsed
 from kbpack.pack.structure import Finding
 from kbpack.verify.digests import NORM_TOLERANCE
 from kbpack.verify.examine import examine, manifest_dict, merge, preload_hdf5
@@ -170,6 +172,10 @@ def verify_pack(
     refuse_non_regular(path, path.stat().st_mode)  # a FIFO or a device would block or never end
     report = VerifyReport(str(path))
     header, actual_size = read_user_block(path, report)
+    seen = ""
+    if header is not None:  # the file's state as verify begins (preflight.py remembers it)
+        with contextlib.suppress(OSError):
+            seen = memo_key(path, header)
     if limits is None:  # generous: a stuck parser is what the limit is for, not a big pack
         limits = Limits(timeout_s=max(600.0, actual_size / (1e6 if deep else 10e6)))
     if header is None and report.findings_by_step["bytes"][0].code == "not-a-pack":
@@ -207,6 +213,9 @@ def verify_pack(
         classify_foreign_manifest(report, result)
     if header is not None:
         _check_set(path, header.manifest.extra, report)
+    if header is not None and not quick and report.intact:
+        # the child read everything the first open's pre-flight reads: remember it
+        remember_parsed(path, header, seen)
     return report
 
 
