@@ -293,6 +293,19 @@ class PackReader:
     def root_attrs(self) -> dict[str, Any]:
         return self.attrs("/")
 
+    @cached_property
+    def pipeline_version(self) -> int:
+        """The root's ``kbpack:pipeline_version`` (0 when absent). A value that is not a whole
+        number is damage in one line, not a ValueError where inspect's staleness report or
+        migrate compares it (found by enumerating the golden pack's attributes, bench/fuzz.py
+        lane)."""
+        value = self.root_attrs.get(F.R_PIPELINE_VERSION, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DamagedDataError(
+                self.where, "/", f"{F.R_PIPELINE_VERSION} is {value!r}, not a whole number"
+            )
+        return value
+
     @property
     def has_vectors(self) -> bool:
         return self.root_attrs.get(F.R_VECTORS) == "dense"
@@ -423,6 +436,24 @@ class PackReader:
                 raise DamagedDataError(self.where, path, "holds invalid UTF-8") from e
         out: list[str] = self._cache[path]
         return out
+
+    def warnings(self, doc: int) -> list[str]:
+        """One document's warnings: its ``/documents/warnings`` row, a JSON array of strings.
+
+        A row that is not one (verify's ``warnings-invalid``) is damage in one line naming the
+        element and row, not a JSONDecodeError: bench/fuzz.py found export stopping on a row
+        poked in a pack whose digests were rewritten to match.
+        """
+        raw = self.strings(F.DOC_WARNINGS)[doc]
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise DamagedDataError(
+                self.where, F.DOC_WARNINGS, f"row {doc} is not a JSON array of strings"
+            )
+        return value
 
     def bm25_dense(self) -> tuple[np.ndarray, CheckedDataset] | None:
         """``/bm25/dense_terms`` (read whole, digest-checked) and ``/bm25/dense_tf`` (sliced per
