@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +20,8 @@ class Choice(click.Choice):  # type: ignore[type-arg]
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter:
+            import difflib  # only for a mistyped choice
+
             close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             self.fail(

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from kbpack.choices import KIND_BY_SUFFIX, MODES
 from kbpack.commands.common import (
     Choice,
     emit_json,
@@ -20,8 +21,6 @@ from kbpack.commands.common import (
     threads_option,
 )
 from kbpack.errors import Exit, KbpackError, UsageError
-from kbpack.kinds import KIND_BY_SUFFIX
-from kbpack.search import MODES
 
 KINDS = sorted(set(KIND_BY_SUFFIX.values()))
 
