@@ -55,6 +55,29 @@ def query_model_option(f: F) -> F:
     )(f)
 
 
+def output_option(
+    help: str,
+    *,
+    dest: str = "out",
+    required: bool = False,
+    dir_okay: bool = True,
+    allow_dash: bool = False,
+    default: str | None = None,
+) -> Callable[[F], F]:
+    """``-o/--output PATH``, the one spelling of every command's output file (``dest``: the
+    parameter it fills). Where it is written, and what may be replaced, is ``kbpack.outpath``'s."""
+    extra: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option(
+        "-o",
+        "--output",
+        dest,
+        required=required,
+        type=click.Path(dir_okay=dir_okay, allow_dash=allow_dash, path_type=Path),
+        help=help,
+        **extra,
+    )
+
+
 def threads_option(f: F) -> F:
     return click.option(
         "--threads",
