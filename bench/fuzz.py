@@ -16,6 +16,11 @@ bare Python exception, a Document that chunking or writing would choke on).
     python bench/fuzz.py --target packs --minutes 30 --json      # as many as fit
     nice -n 19 python bench/fuzz.py --executions 100000 --seed 21 --checkpoint c21.json &
     python bench/fuzz.py --sum c*.json                           # totals of several runs
+    nice -n 19 python bench/fuzz.py --executions 100000 --jobs 16 --checkpoint runs/  # 16 cores
+
+--jobs N runs N processes (seeds SEED..SEED+N-1, the executions split between them), each with
+its own checkpoint under the --checkpoint folder, and prints their sum: executions are
+independent, so a machine with free cores runs them in parallel.
     python bench/fuzz.py --replay 1:22                           # one execution again
     nice -n 10 python bench/fuzz.py --target docs --executions 10000 --kinds pdf docx html
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -63,6 +69,10 @@ def show(result: FuzzResult, load: str) -> None:
         print("  " + f.line())
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def write_checkpoint(path: Path, result: FuzzResult, extra: dict[str, Any]) -> None:
     """The run so far as JSON, replaced atomically: a run cut off still reports."""
     tmp = path.with_name(path.name + ".tmp")
@@ -97,6 +107,30 @@ def sum_checkpoints(paths: list[Path]) -> None:
         f"{total['seconds']:.0f} process-seconds; findings {findings}"
     )
     print("  runs per command: " + ", ".join(f"{k} {v}" for k, v in per_command.items()))
+
+
+def run_jobs(args: argparse.Namespace) -> None:
+    """``args.jobs`` copies of this script on seeds SEED.., then the sum of their checkpoints."""
+    import subprocess
+
+    folder = args.checkpoint or Path(tempfile.mkdtemp(prefix="kbpack-fuzz-jobs-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    each, extra = divmod(args.executions, args.jobs)
+    procs, files = [], []
+    for j in range(args.jobs):
+        seed = args.seed + j
+        files.append(folder / f"seed-{seed}.json")
+        argv = [sys.executable, __file__, "--target", "packs", "--seed", str(seed)]
+        argv += ["--executions", str(each + (j < extra)), "--start", str(args.start)]
+        argv += ["--timeout", str(args.timeout), "--checkpoint", str(files[-1]), "--json"]
+        if args.minutes:
+            argv += ["--minutes", str(args.minutes)]
+        if args.keep:
+            argv += ["--keep", str(args.keep)]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+    for proc in procs:
+        proc.wait()
+    sum_checkpoints([f for f in files if f.exists()])
 
 
 def doc_seeds(work: Path) -> list[Path]:
@@ -154,14 +188,22 @@ def main() -> None:
     ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
-        "--checkpoint", type=Path, default=None, help="write the counts here as it goes"
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="write the counts to this file as it goes (with --jobs: a folder)",
     )
     ap.add_argument("--sum", type=Path, nargs="+", default=None, help="add up checkpoint files")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (packs; seeds SEED..)")
     args = ap.parse_args()
     if args.sum:
         sum_checkpoints(args.sum)
         return
+    if args.jobs > 1 and args.target == "packs" and not args.replay:
+        run_jobs(args)
+        return
     load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    signal.signal(signal.SIGTERM, _interrupt)  # kill PID stops a run as Ctrl-C does: it reports
     if args.target == "docs":
         run_docs(args, load)
         return

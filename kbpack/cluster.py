@@ -188,6 +188,7 @@ class _Results:
         self.embedded = 0
         self.crashed: list[str] = []
         self.piece_vectors: dict[str, np.ndarray] = {}  # embedded text -> vector, until used
+        self.fetched: dict[str, tuple[bool, Any]] = {}  # settled results, by task key
 
     def _submit(self, batch: list[Candidate]) -> Any:
         o = self.opts
@@ -205,17 +206,22 @@ class _Results:
             pure=False,
         )
 
-    def _gather(self, future: Any, batch: list[Candidate], alone: bool = False) -> list[Processed]:
+    def _gather(
+        self, future: Any, batch: list[Candidate], others: Sequence[Any] = (), alone: bool = False
+    ) -> list[Processed]:
         """The batch's results. A batch whose task failed with KilledWorker is sent again one
-        document per task, one task at a time (``alone``): the scheduler also blames the tasks
-        waiting on a worker that dies, so only a document that kills workers on its own is
-        recorded as failed."""
+        document per task, one task at a time (``alone``), once every other task in flight
+        (``others``) has settled: the scheduler also blames the tasks running on a worker that
+        dies, so only a document that kills workers on its own is recorded as failed."""
         from distributed import KilledWorker
 
         try:
             return list(self._result(future))
         except KilledWorker:
             if not alone:
+                # A batch still in flight may hold the document that killed the workers; run
+                # beside it, an innocent document could be blamed twice (seen under load).
+                self._settle(others)
                 out: list[Processed] = []
                 for c in batch:
                     out.extend(self._gather(self._submit([c]), [c], alone=True))
@@ -232,13 +238,40 @@ class _Results:
     def _result(self, future: Any) -> Any:
         """``future.result()``, with a local cluster that lost workers for good scaled back to
         its size (see WORKER_CHECK_S); a remote cluster is waited on, as its operator decides."""
+        if future.key in self.fetched:
+            ok, value = self.fetched.pop(future.key)
+            if not ok:
+                raise value
+            return value
         while True:
             try:
                 return future.result(timeout=WORKER_CHECK_S)
             except TimeoutError:
-                live = len(self.client.scheduler_info().get("workers", {}))
-                if self.local is not None and live < self.workers:
-                    self.local.scale(self.workers)  # new nannies for the ones that gave up
+                self._keep_workers()
+
+    def _settle(self, futures: Sequence[Any]) -> None:
+        """Wait until every one of ``futures`` has finished or failed (as ``_result`` waits),
+        then bring their results here and release them from the cluster: a result left on a
+        worker is recomputed when that worker dies, and Dask blames the recomputation too."""
+        from distributed import wait
+
+        while futures:
+            try:
+                wait(list(futures), timeout=WORKER_CHECK_S)
+                break
+            except TimeoutError:
+                self._keep_workers()
+        for f in futures:
+            try:
+                self.fetched[f.key] = (True, f.result())
+            except Exception as e:  # re-raised in order, when the caller reaches this batch
+                self.fetched[f.key] = (False, e)
+            f.release()
+
+    def _keep_workers(self) -> None:
+        live = len(self.client.scheduler_info().get("workers", {}))
+        if self.local is not None and live < self.workers:
+            self.local.scale(self.workers)  # new nannies for the ones that gave up
 
     def documents(self, records: Sequence[Document]) -> Iterator[Document]:
         yield from records
@@ -249,7 +282,7 @@ class _Results:
                 b = todo.popleft()
                 pending.append((self._submit(b), b))
             future, batch = pending.popleft()
-            for p in self._gather(future, batch):
+            for p in self._gather(future, batch, [f for f, _ in pending]):
                 self.by_name[p.doc.name] = p
                 self.piece_vectors.update(p.piece_vectors)
                 self.problems.extend({"name": p.doc.name, "problem": x} for x in p.problems)

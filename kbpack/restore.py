@@ -9,7 +9,6 @@ document written again yields the same rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from functools import cached_property
 
@@ -78,12 +77,7 @@ class PackContents:
         status = s(F.DOC_STATUS)
         if status not in F.STATUSES:
             raise PackError(f"{r.path}: {F.DOC_STATUS} row {doc} is {status!r}; run kbpack verify")
-        try:
-            warnings = json.loads(s(F.DOC_WARNINGS) or "[]")
-        except ValueError as e:
-            raise PackError(
-                f"{r.path}: {F.DOC_WARNINGS} row {doc} is not JSON; run kbpack verify"
-            ) from e
+        warnings = r.warnings(doc)
         return Document(
             name=s(F.DOC_NAME),
             source_path=s(F.DOC_SOURCE_PATH),

@@ -149,11 +149,35 @@ def test_a_hanging_parser_is_stopped_and_the_next_document_still_extracts(
     for doc in (docs[0], docs[2]):
         assert (doc.status, doc.stage) == ("failed", "timeout")
         assert doc.reason == (
-            "extraction did not finish within 0.5 s and was stopped; raise the time limit if "
-            "the file is genuine"
+            "extraction did not finish within 0.5 s of CPU time and was stopped; raise the "
+            "time limit (--timeout) if the file is genuine"
         )
         assert doc.source_sha256 == hashlib.sha256(slow.read_bytes()).hexdigest()
     assert docs[1].status == "ok" and docs[1].title == "pypdf"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_worker_kept_off_the_cpu_is_not_timed_out(tmp_path: Path) -> None:
+    """The limit counts the worker's CPU time: a worker that the machine gives no CPU for
+    longer than the limit (here: stopped with SIGSTOP for 2 s, as on a heavily loaded machine)
+    still extracts a genuine document."""
+    from kbpack.extract.worker import _Worker
+
+    fine = ROOT / "docs" / "pypdf" / "README.md"
+    limits = Limits(timeout_s=0.5)
+    worker = _Worker(limits)
+    try:
+        worker.send(Candidate(fine, "README.md", "md"), limits)
+        os.kill(worker.process.pid, signal.SIGSTOP)
+        resume = threading.Timer(2.0, os.kill, (worker.process.pid, signal.SIGCONT))
+        resume.start()
+        started = time.monotonic()
+        doc = worker.wait(limits.timeout_s)
+        resume.join()
+        assert time.monotonic() - started >= 2.0  # it did wait out the stop
+        assert not isinstance(doc, str) and doc.status == "ok" and doc.title == "pypdf"
+    finally:
+        worker.stop()
 
 
 def _worker_children() -> list[int]:

@@ -11,6 +11,8 @@
    export and query die with "internal error: IndexError".
 5. HTML with ``<![C`` (a marked section Python's parser does not know) failed its document
    with "AssertionError: unknown status keyword 'C' in marked section".
+6. A /documents/warnings row that is not a JSON array of strings, in a pack whose digests were
+   rewritten to match, made export --what documents die with "internal error: JSONDecodeError".
 """
 
 from __future__ import annotations
@@ -228,3 +230,43 @@ def test_an_attribute_name_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     r = kbpack("inspect", str(pack), cache=tmp_path / "cache")
     assert r.returncode == 1, r.stderr
     assert r.stderr.count("\n") == 1 and "/ is damaged" in r.stderr
+
+
+def rewrite_strings(pack: Path, path: str, row: int, value: str) -> None:
+    """One row of a string dataset replaced through HDF5, every digest rewritten to match."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    with h5py.File(pack, "r+") as h:
+        values = [x.decode("utf-8") for x in h[path][()]]
+        values[row] = value
+        attrs = dict(h[path].attrs.items())
+        del h[path]
+        ds = h.create_dataset(path, data=values, dtype=h5py.string_dtype("utf-8"))
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+
+
+@pytest.mark.parametrize("value", ["snowball-english", "", '{"a": 1}', "[1, 2]", "null"])
+def test_document_warnings_that_are_not_a_list_of_strings_are_one_line(
+    tmp_path: Path, value: str
+) -> None:
+    """bench/fuzz.py packs 21:94: /documents/warnings poked with digests rewritten to match;
+    export --what documents stopped with "internal error: JSONDecodeError" (merge, split,
+    update and migrate read the row through the same ``PackReader.warnings``)."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    rewrite_strings(pack, F.DOC_WARNINGS, 1, value)
+    cache = tmp_path / "cache"
+    for args in (
+        ["export", str(pack), "--what", "documents"],
+        ["merge", str(pack), str(GOLDEN), "--prefer", "first", "-o", str(tmp_path / "m.kbpack")],
+    ):
+        r = kbpack(*args, cache=cache)
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and "internal error" not in r.stderr, r.stderr
+        assert f"{F.DOC_WARNINGS} is damaged (row 1 is not a JSON array of strings)" in r.stderr
+    r = kbpack("verify", str(pack), cache=cache)
+    assert r.returncode == 1 and "warnings-invalid" in r.stdout

@@ -7,9 +7,11 @@ import io
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import kbpack.progress
 from kbpack.cli import main
 from kbpack.progress import Progress, duration
 
@@ -40,11 +42,13 @@ def test_the_ticker_redraws_while_nothing_is_reported() -> None:
     assert len(draws(term)) == n  # the ticker stopped with done()
 
 
-def test_eta_from_tokens_counts_down() -> None:
+def test_eta_from_tokens_counts_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]  # the progress module's own clock, so a loaded machine cannot move it
+    monkeypatch.setattr(kbpack.progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     term = Terminal()
     p = Progress(stream=term, tick_s=3600)
     p.source_bytes_total = 1000
-    p._t0 -= 10  # ten seconds into the build (no sleeping in tests)
+    clock[0] += 10  # ten seconds into the build (no sleeping in tests)
     p.building(1, 4, 250, chunks=0)
     p.embedding(texts=10, tokens=500)
     p._last = 0.0  # past the redraw throttle (10 per second)

@@ -97,7 +97,7 @@ def build_options(f: Any) -> Any:
             type=click.FloatRange(min=0.1),
             default=120.0,
             show_default=True,
-            help="Seconds per document before extraction is stopped.",
+            help="CPU seconds per document before extraction is stopped (10x that in wall time).",
         ),
         click.option(
             "--max-file-mb",

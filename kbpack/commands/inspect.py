@@ -199,11 +199,10 @@ def iter_records(r: Any, what: str) -> Any:
     if what == "documents":
         cols = {k: r.strings(f"{F.DOCUMENTS}/{k}") for k in F.DOC_STRING_COLUMNS if k != "warnings"}
         nums = {k: r.column(f"{F.DOCUMENTS}/{k}") for k in F.DOC_INT_COLUMNS}
-        warnings = r.strings(F.DOC_WARNINGS)
         for i in range(len(names)):
             rec = {k: v[i] for k, v in cols.items()}
             rec.update({k: int(v[i]) for k, v in nums.items()})
-            rec["warnings"] = json.loads(warnings[i])
+            rec["warnings"] = r.warnings(i)
             rec["chars"] = len(r.text(i))
             yield rec
     elif what == "sections":

@@ -1,7 +1,9 @@
 """Extraction in a long-lived child process, so a hung or crashing parser costs one document.
 
-The parent sends one file at a time and waits at most ``Limits.timeout_s`` for its Document.
-A worker that does not answer in time is killed (the document fails with stage ``timeout``);
+The parent sends one file at a time and gives the worker ``Limits.timeout_s`` seconds of CPU
+time for it (on Linux, read from /proc: a busy machine that shares the cores does not fail
+genuine documents), or ten times that in wall time for a parser that waits without computing.
+A worker over either limit is killed (the document fails with stage ``timeout``);
 one that dies (segfault, killed for memory) fails its document with stage ``crash``. Either
 way a fresh worker takes the next file. While the caller works on document *i* the worker
 already extracts document *i + 1*, so at most two documents are held at once.
@@ -30,6 +32,17 @@ from kbpack.extract.limits import Limits
 
 _START_TIMEOUT_S = 120.0  # importing pypdfium2 and python-docx in a fresh interpreter
 _STOP_TIMEOUT_S = 5.0
+_WALL_FACTOR = 10.0  # wall-time limit = this x the CPU-time limit (a parser blocked, not computing)
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (Linux /proc), or None where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _serve(conn: Connection, memory_limit: int) -> None:
@@ -102,11 +115,32 @@ class _Worker:
             return None
 
     def send(self, candidate: Candidate, limits: Limits) -> None:
+        self.sent_at = time.monotonic()
+        self.cpu_at_send = _cpu_seconds(self.process.pid)
         self.conn.send((candidate.path, candidate.name, limits))
 
-    def wait(self, deadline: float) -> Document | str:
+    def _answered(self, timeout_s: float) -> bool:
+        """Whether the worker answered before spending ``timeout_s`` CPU seconds on the job
+        (wall seconds where the CPU time cannot be read), or ``_WALL_FACTOR`` times that in
+        wall time."""
+        wall_end = self.sent_at + timeout_s * _WALL_FACTOR
+        while True:
+            now = time.monotonic()
+            cpu = _cpu_seconds(self.process.pid)
+            if cpu is None or self.cpu_at_send is None:
+                left = self.sent_at + timeout_s - now  # no CPU clock: wall time only
+            else:
+                # One thread cannot spend more CPU than wall time: sleeping what is left of
+                # the CPU budget never overshoots it (by more than a clock tick).
+                left = min(timeout_s - (cpu - self.cpu_at_send), wall_end - now)
+            if left <= 0:
+                return self.conn.poll(0)
+            if self.conn.poll(min(max(left, 0.01), 1.0)):
+                return True
+
+    def wait(self, timeout_s: float) -> Document | str:
         """The Document, or 'timeout' / 'crash:<detail>' (the worker is then dead)."""
-        if not self.conn.poll(max(deadline - time.monotonic(), 0.0)):
+        if not self._answered(timeout_s):
             self.kill()
             return "timeout"
         result = self._recv()
@@ -156,8 +190,8 @@ def _lost(candidate: Candidate, outcome: str, limits: Limits) -> Document:
     if outcome == "timeout":
         return failed(
             doc,
-            f"extraction did not finish within {limits.timeout_s:g} s and was stopped; "
-            "raise the time limit if the file is genuine",
+            f"extraction did not finish within {limits.timeout_s:g} s of CPU time and was "
+            "stopped; raise the time limit (--timeout) if the file is genuine",
             "timeout",
         )
     detail = outcome.removeprefix("crash:")
@@ -171,14 +205,12 @@ def extract_all(
     limits = limits or Limits()
     worker: _Worker | None = None
     try:
-        deadline = 0.0
         for i, candidate in enumerate(candidates):
             if i == 0:
                 worker = _Worker(limits)
                 worker.send(candidate, limits)
-                deadline = time.monotonic() + limits.timeout_s
             assert worker is not None
-            outcome = worker.wait(deadline)
+            outcome = worker.wait(limits.timeout_s)
             doc = outcome if isinstance(outcome, Document) else _lost(candidate, outcome, limits)
             if candidate.note:
                 doc.warnings = [candidate.note, *doc.warnings]
@@ -187,7 +219,6 @@ def extract_all(
             if i + 1 < len(candidates):
                 worker = worker or _Worker(limits)
                 worker.send(candidates[i + 1], limits)
-                deadline = time.monotonic() + limits.timeout_s
             yield doc
     except BaseException:
         # Ctrl-C, an error, or a caller that stopped early: the current job is abandoned.

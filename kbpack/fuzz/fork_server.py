@@ -72,6 +72,15 @@ def serve(fd: int) -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    from kbpack.embed import Embedder  # noqa: F401  (it sets OMP_WAIT_POLICY before llama_cpp)
+
+    with contextlib.suppress(ImportError, AttributeError):
+        import llama_cpp
+
+        # ggml's one-time set-up (its float16 tables, the CPU backend): ~50 ms of CPU in every
+        # child that loads a model otherwise. It starts no thread (measured: the server keeps
+        # only numpy's OpenBLAS thread, which handles fork itself).
+        llama_cpp.llama_backend_init()
     while True:
         try:
             job = conn.recv()
@@ -131,6 +140,7 @@ class Worker:
             env=env,
         )
         child.close()
+        self.child = 0  # the pid (and process group) of the child running the current mutant
 
     def run(
         self,
@@ -142,7 +152,8 @@ class Worker:
         """(runs, "", "") or (None, "crash" | "hang", the command that was running + detail).
         ``timeout_s`` applies to each command (and to the fork)."""
         self.conn.send((commands, str(pack), expected))
-        current, child, runs = "(start)", 0, None
+        current, runs = "(start)", None
+        self.child = child = 0
         while True:
             if not self.conn.poll(timeout_s):
                 if not child or not self._kill_child(child):
@@ -154,7 +165,7 @@ class Worker:
                 self.kill()
                 return None, "crash", f"{current}: the fork server died"
             if kind == "child":
-                child = payload
+                self.child = child = payload
             elif kind == "start":
                 current = payload
             elif kind == "done":
@@ -190,6 +201,12 @@ class Worker:
         return False
 
     def kill(self) -> None:
+        """Kill the server and the current child's process group (which would otherwise run
+        on, orphaned, until its command ends)."""
+        if self.child:
+            with contextlib.suppress(OSError):
+                os.killpg(self.child, signal.SIGKILL)
+            self.child = 0
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()

@@ -59,6 +59,7 @@ class FuzzResult:
     findings: list[Finding] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)  # per command: ok, error exit, ...
     per_command: Counter[str] = field(default_factory=Counter)  # completed runs of each command
+    interrupted: bool = False  # stopped before its count: the figures are what it reached
 
     def counts(self) -> dict[str, int]:
         by = Counter(f.kind for f in self.findings)
@@ -73,6 +74,7 @@ class FuzzResult:
             "findings": self.counts(),
             "outcomes": dict(self.outcomes),
             "per_command": dict(self.per_command),
+            "interrupted": self.interrupted,
             "examples": [asdict(f) for f in self.findings[:50]],
         }
 
@@ -85,6 +87,7 @@ def scratch_dir() -> Path:
 
 
 FORGET_EVERY = 1000  # executions between two ``forget_memos``
+PROGRESS_S = 30.0  # ``progress`` is called at least this often (and every 50 executions)
 
 # -- the loop ----------------------------------------------------------------------------------
 
@@ -111,14 +114,18 @@ class PackFuzzer:
         self.scratch = scratch_dir()
         self.seeds = [PackSeed(Seed.load(p), c) for p, c in seeds]
         self.worker = Worker(self.scratch / "cache")
-        for s in self.seeds:
-            path = self.scratch / f"seed-{s.seed.name}"
-            path.write_bytes(s.seed.data)
-            runs, kind, detail = self.worker.run(s.commands, path, timeout_s)
-            if runs is None:
-                raise RuntimeError(f"the intact seed {s.seed.name} failed: {kind} {detail}")
-            s.baseline = runs
-            s.expected = {r.name: r.data_sha for r in runs if r.data_sha}
+        try:
+            for s in self.seeds:
+                path = self.scratch / f"seed-{s.seed.name}"
+                path.write_bytes(s.seed.data)
+                runs, kind, detail = self.worker.run(s.commands, path, timeout_s)
+                if runs is None:
+                    raise RuntimeError(f"the intact seed {s.seed.name} failed: {kind} {detail}")
+                s.baseline = runs
+                s.expected = {r.name: r.data_sha for r in runs if r.data_sha}
+        except BaseException:  # an interrupt too: no server or scratch folder left behind
+            self.close()
+            raise
 
     def forget_memos(self) -> None:
         """Drop the per-file-state memos (first-open check, verified marker) of past mutants:
@@ -181,11 +188,15 @@ class PackFuzzer:
         deadline_s: float | None = None,
     ) -> FuzzResult:
         result = FuzzResult("pack reader + verify")
-        t0 = time.monotonic()
+        t0 = reported = time.monotonic()
         for index in range(start, start + executions):
             if deadline_s is not None and time.monotonic() - t0 > deadline_s:
                 break
-            _, found, runs = self.one(run_seed, index)
+            try:
+                _, found, runs = self.one(run_seed, index)
+            except KeyboardInterrupt:  # stopped (Ctrl-C, or SIGTERM in bench/fuzz.py): report
+                result.interrupted = True
+                break
             result.executions += 1
             result.commands += len(runs)
             for r in runs:
@@ -199,7 +210,9 @@ class PackFuzzer:
                     self.scratch / "mutant.kbpack", self.keep_dir / f"{run_seed}-{index}.kbpack"
                 )
             result.findings.extend(found)
-            if progress is not None and (result.executions % 50 == 0 or found):
+            due = time.monotonic() - reported > PROGRESS_S or result.executions % 50 == 0
+            if progress is not None and (due or found):
+                reported = time.monotonic()
                 result.seconds = time.monotonic() - t0
                 progress(result)
         result.seconds = time.monotonic() - t0

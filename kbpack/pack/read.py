@@ -424,6 +424,24 @@ class PackReader:
         out: list[str] = self._cache[path]
         return out
 
+    def warnings(self, doc: int) -> list[str]:
+        """One document's warnings: its ``/documents/warnings`` row, a JSON array of strings.
+
+        A row that is not one (verify's ``warnings-invalid``) is damage in one line naming the
+        element and row, not a JSONDecodeError: bench/fuzz.py found export stopping on a row
+        poked in a pack whose digests were rewritten to match.
+        """
+        raw = self.strings(F.DOC_WARNINGS)[doc]
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise DamagedDataError(
+                self.where, F.DOC_WARNINGS, f"row {doc} is not a JSON array of strings"
+            )
+        return value
+
     def dataset(self, path: str) -> Any:
         """The dataset (a ``CheckedDataset``: sliced like h5py's, and a damaged read names the
         element), for reading parts without reading it all."""
