@@ -105,16 +105,18 @@ def load_cpu_backend(llama_cpp: Any) -> CpuBackend:
         # where llama-cpp-python loaded libllama from (LLAMA_CPP_LIB_PATH or its lib folder)
         default = Path(llama_cpp.__file__).parent / "lib"
         lib = Path(getattr(llama_cpp.llama_cpp, "_base_path", default))
+        libraries = variant_libraries(lib)
         found = [lib / n for n in GGML_NAMES if (lib / n).is_file()]
-        if not found:  # another layout: leave loading to llama.cpp, as before
+        if not libraries or not found:
+            # the linked build (its CPU code is in libggml-cpu.so, no variants) or another
+            # layout: nothing to load, and nothing is touched, so llama.cpp loads as before
             _loaded = CpuBackend(variant=None)
             return _loaded
         ggml = ctypes.CDLL(str(found[0]))  # the instance libllama already uses
         ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-        if ggml.ggml_backend_reg_count() > 0:
+        if ggml.ggml_backend_reg_count() > 0:  # variants beside a backend already registered
             _loaded = CpuBackend(variant=None)
             return _loaded
-        libraries = variant_libraries(lib)
         chosen = choose_variant({path: _score(path) for path in libraries})
         if chosen is None:
             names = ", ".join(variant_name(p) for p in libraries) or "none"

@@ -293,6 +293,19 @@ class PackReader:
     def root_attrs(self) -> dict[str, Any]:
         return self.attrs("/")
 
+    @cached_property
+    def pipeline_version(self) -> int:
+        """The root's ``kbpack:pipeline_version`` (0 when absent). A value that is not a whole
+        number is damage in one line, not a ValueError where inspect's staleness report or
+        migrate compares it (found by enumerating the golden pack's attributes, bench/fuzz.py
+        lane)."""
+        value = self.root_attrs.get(F.R_PIPELINE_VERSION, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DamagedDataError(
+                self.where, "/", f"{F.R_PIPELINE_VERSION} is {value!r}, not a whole number"
+            )
+        return value
+
     @property
     def has_vectors(self) -> bool:
         return self.root_attrs.get(F.R_VECTORS) == "dense"
