@@ -9,14 +9,19 @@ changed), ``merge``, ``migrate`` (re-embedding) and ``build --split-size``. Outc
 * **not reached** -- the command never does that phase's I/O (merge does not extract);
 * anything else is a failure of the promise, named (``old changed``, ``temp left``, ...).
 
-Part 2 (subprocesses, ``trace``): SIGKILL, SIGINT and SIGTERM sent after a seeded random delay
-to a dense build replacing an old pack; the phase the signal hit is the last one the build
-traced. Outcomes: **old** (the old pack, byte for byte) or **new** (a complete pack that
-verifies), never **partial**; for SIGINT/SIGTERM exit 130 and one line; and after the next
-build, 0 temp files.
+Part 2 (subprocesses, ``trace``): SIGKILL, SIGINT and SIGTERM aimed at every phase of a dense
+build replacing an old pack (on 4 small documents): each kill takes a phase in turn
+(``KILL_PHASES``: interpreter start-up, CLI imports, discover ... rename, published), a seeded
+occurrence of it and a seeded delay within that occurrence's length in a clean traced build,
+and is sent from inside the build (from here for start-up and imports); the phase hit is the
+last one traced before the signal. Outcomes: **old** (the old pack, byte for byte) or **new**
+(a complete pack that verifies), never **partial**; for SIGINT/SIGTERM exit 130 and one line
+that says the new file is complete exactly when it is; no live child of the build left; and
+after the next build, 0 temp files.
 
     python bench/faults.py                    # 60 kills, seed 1
-    python bench/faults.py --kills 150 --seed 7 --json
+    python bench/faults.py --no-io --kills 150 --seed 16 --json
+    python bench/faults.py --no-io --kills 36 --phases imports hdf5 header fsync rename published
 """
 
 from __future__ import annotations

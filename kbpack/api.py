@@ -25,10 +25,10 @@ from kbpack.errors import ModelError
 from kbpack.model.cache import cache_dir
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
-from kbpack.search import Searcher, SearchResponse
 
 if TYPE_CHECKING:
     from kbpack.model_load import ModelLoad
+    from kbpack.search import Searcher, SearchResponse
 
 
 class Pack:
@@ -66,12 +66,15 @@ class Pack:
     @property
     def searcher(self) -> Searcher:
         if self._searcher is None:
-            # the model loads in a worker thread while the search does its other work
+            # the model loads in a worker thread while the search does its other work; the
+            # search modules are imported after it started, and so meanwhile too
             loading, notes = (
                 (None, [])
                 if not self._load_model
                 else start_embedder(self.reader, self._model_arg, threads=self._threads)
             )
+            from kbpack.search import Searcher
+
             self._searcher = Searcher(self.reader, None, notes, loading=loading)
             self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher

@@ -8,7 +8,6 @@ faults, into one-line messages and the exit codes of ``EXIT``.
 
 from __future__ import annotations
 
-import difflib
 import errno
 import functools
 import importlib
@@ -109,6 +108,8 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib  # only for a mistyped command
+
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise click.UsageError(f"no such command {name!r}{hint}", ctx)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kbpack.bm25_top import TermList, scores_at, top_k_exact
+from kbpack.choices import MODES
 from kbpack.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
 from kbpack.fusion import RULE as FUSION_RULE
 from kbpack.fusion import convex
@@ -54,7 +55,6 @@ CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
-MODES = ("hybrid", "dense", "bm25")
 ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
 # the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
 # by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for

@@ -13,6 +13,8 @@
    with "AssertionError: unknown status keyword 'C' in marked section".
 6. A /documents/warnings row that is not a JSON array of strings, in a pack whose digests were
    rewritten to match, made export --what documents die with "internal error: JSONDecodeError".
+7. A root kbpack:pipeline_version that is not a whole number made inspect and migrate die with
+   "internal error: ValueError", and verify passed the pack.
 """
 
 from __future__ import annotations
@@ -270,3 +272,31 @@ def test_document_warnings_that_are_not_a_list_of_strings_are_one_line(
         assert f"{F.DOC_WARNINGS} is damaged (row 1 is not a JSON array of strings)" in r.stderr
     r = kbpack("verify", str(pack), cache=cache)
     assert r.returncode == 1 and "warnings-invalid" in r.stdout
+
+
+@pytest.mark.parametrize("value", ["", "{}", "3", -1, 1.5])
+def test_a_pipeline_version_that_is_not_a_whole_number_is_one_line(
+    tmp_path: Path, value: Any
+) -> None:
+    """Enumerating the golden pack's attributes (digests rewritten to match): a root
+    kbpack:pipeline_version of '' or '{}' made inspect die with "internal error: ValueError:
+    invalid literal for int()" (its staleness report), and verify passed the pack."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h.attrs[F.R_PIPELINE_VERSION] = value
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    cache = tmp_path / "cache"
+    for args in (["inspect", str(pack)], ["migrate", str(pack), "-o", str(tmp_path / "m.kbpack")]):
+        r = kbpack(*args, cache=cache)
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and "internal error" not in r.stderr, r.stderr
+        assert f"/ is damaged ({F.R_PIPELINE_VERSION} is {value!r}, not a whole number" in r.stderr
+    r = kbpack("verify", str(pack), cache=cache)
+    assert (
+        r.returncode == 1 and "attribute-invalid" in r.stdout and F.R_PIPELINE_VERSION in r.stdout
+    )

@@ -14,8 +14,8 @@ import click
 import pytest
 
 from kbpack import fusion, search
-from kbpack.commands.query import QUOTE_CHARS
 from kbpack.pack import format as F
+from kbpack.render import QUOTE_CHARS
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 TEXT = " ".join(README.split())  # sentences wrap across lines

@@ -12,6 +12,7 @@ from kbpack.commands.common import (
     force_option,
     human_size,
     json_option,
+    output_option,
     quiet_option,
     show_progress,
     table,
@@ -135,14 +136,7 @@ def build_options(f: Any) -> Any:
 
 @click.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The pack file to write.",
-)
+@output_option("The pack file to write.", required=True)
 @click.option(
     "--shard",
     metavar="I/N",

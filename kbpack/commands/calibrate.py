@@ -17,6 +17,7 @@ from kbpack.commands.common import (
     force_option,
     grid,
     json_option,
+    output_option,
     query_model_option,
     threads_option,
 )
@@ -60,11 +61,10 @@ from kbpack.outpath import check_output
     help="Share of answerable questions the threshold may refuse.",
 )
 @click.option("--write", "write", is_flag=True, help="Store the recommended threshold in PACK.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="With --write: write a calibrated copy here instead of replacing PACK.",
+@output_option(
+    "With --write: write a calibrated copy here instead of replacing PACK.",
+    dest="output",
+    dir_okay=False,
 )
 @force_option
 @query_model_option

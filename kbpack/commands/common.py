@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +20,8 @@ class Choice(click.Choice):  # type: ignore[type-arg]
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter:
+            import difflib  # only for a mistyped choice
+
             close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             self.fail(
@@ -52,6 +53,29 @@ def query_model_option(f: F) -> F:
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="Query-side GGUF model (must be the pack's model).",
     )(f)
+
+
+def output_option(
+    help: str,
+    *,
+    dest: str = "out",
+    required: bool = False,
+    dir_okay: bool = True,
+    allow_dash: bool = False,
+    default: str | None = None,
+) -> Callable[[F], F]:
+    """``-o/--output PATH``, the one spelling of every command's output file (``dest``: the
+    parameter it fills). Where it is written, and what may be replaced, is ``kbpack.outpath``'s."""
+    extra: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option(
+        "-o",
+        "--output",
+        dest,
+        required=required,
+        type=click.Path(dir_okay=dir_okay, allow_dash=allow_dash, path_type=Path),
+        help=help,
+        **extra,
+    )
 
 
 def threads_option(f: F) -> F:

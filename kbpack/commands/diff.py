@@ -12,6 +12,7 @@ from kbpack.commands.common import (
     force_option,
     human_size,
     json_option,
+    output_option,
     quiet_option,
     show_progress,
     table,
@@ -113,12 +114,8 @@ def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
 
 @click.command()
 @click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The new pack to write (never PACK itself). Required unless --dry-run.",
+@output_option(
+    "The new pack to write (never PACK itself). Required unless --dry-run.", dir_okay=False
 )
 @click.option(
     "--model",

@@ -14,6 +14,7 @@ from kbpack.commands.common import (
     force_option,
     human_size,
     json_option,
+    output_option,
     table,
 )
 from kbpack.pack import format as F
@@ -164,13 +165,12 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
     show_default=True,
     help="What to dump, one JSON object per line.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+@output_option(
+    "Write the lines to this file (- for stdout), complete or not at all.",
+    dest="output",
+    dir_okay=False,
+    allow_dash=True,
     default="-",
-    show_default=True,
-    help="Write the lines to this file (- for stdout), complete or not at all.",
 )
 @force_option
 @json_option

@@ -11,6 +11,7 @@ from kbpack.commands.common import (
     force_option,
     human_size,
     json_option,
+    output_option,
     quiet_option,
     show_progress,
     table,
@@ -21,14 +22,7 @@ from kbpack.commands.common import (
 @click.argument(
     "packs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The pack to write.",
-)
+@output_option("The pack to write.", required=True)
 @click.option(
     "--prefer",
     type=click.Choice(["first", "last"]),

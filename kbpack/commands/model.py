@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kbpack.commands.common import emit_json, emit_json_line
+from kbpack.commands.common import emit_json, emit_json_line, output_option
 from kbpack.errors import UsageError
 
 # What `model info` and `model import` accept: kbpack.model.identity's EMBEDDING_POOLINGS +
@@ -55,13 +55,7 @@ def info(file: Path | None, as_json: bool) -> None:
 
 @model.command("import")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="GGUF file to write.",
-)
+@output_option("GGUF file to write.", dest="output", required=True, dir_okay=False)
 @click.option("--name", help="Model name stored in the GGUF (default: the folder's name).")
 @click.option("--window", type=int, help="Token window (default: max_seq_length, else positions).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it already exists.")

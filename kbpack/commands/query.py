@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
+from kbpack.choices import KIND_BY_SUFFIX, MODES
 from kbpack.commands.common import (
     Choice,
     emit_json,
@@ -20,15 +19,8 @@ from kbpack.commands.common import (
     threads_option,
 )
 from kbpack.errors import Exit, KbpackError, UsageError
-from kbpack.kinds import KIND_BY_SUFFIX
-from kbpack.search import MODES
 
 KINDS = sorted(set(KIND_BY_SUFFIX.values()))
-
-PROMPT_INSTRUCTIONS = (
-    "Answer the question using only the numbered sources below. Cite the sources you use as [n]. "
-    "If the sources do not contain the answer, say that they do not; do not guess."
-)
 
 
 def check_distance(value: float | None) -> float | None:
@@ -183,6 +175,8 @@ def _answer(p: Any, text: tuple[str, ...], batch: Any, kw: dict[str, Any]) -> in
     if kw["as_json"]:
         emit_json(resp.as_dict())
     else:
+        from kbpack.render import render  # not needed for --json
+
         click.echo(render(resp, full=kw["full"] or kw["context"] == "section"))
     return Exit.OK if resp.answered else Exit.REFUSED
 
@@ -241,6 +235,7 @@ def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:
     gets a JSON line with its id and an ``error``, and the run goes on: no answer is ever lost
     to another line's fault. Exit 1 if any line failed (refusals are answers, not failures).
     On a terminal, stderr counts the lines done (stdout is the JSON); --quiet silences it."""
+    from kbpack.batch_queries import parse_batch_line
     from kbpack.progress import Progress
 
     progress = Progress(False if kw["quiet"] else None)
@@ -265,175 +260,17 @@ def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:
     return Exit.FAILURE if failed else Exit.OK
 
 
-def parse_batch_line(raw: bytes, n: int) -> tuple[Any, str | None, str | None]:
-    """(id, query, error) of one --batch line; (n, None, None) for a blank line."""
-    try:
-        line = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as e:
-        return n, None, f"line {n}: not UTF-8 (byte {e.start}); save the file as UTF-8"
-    if not line:
-        return n, None, None
-    qid: Any = n
-    q: Any = line
-    if line.startswith("{"):
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            return (
-                n,
-                None,
-                f'line {n}: not valid JSON ({e}); give text or {{"id": ..., "query": ...}}',
-            )
-        if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
-            return n, None, f'line {n}: a JSON line needs a "query" string'
-        q, qid = obj["query"], obj.get("id", n)
-        if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-            return n, None, f'line {n}: "id" must be a string or an integer'
-    if any("\ud800" <= ch <= "\udfff" for ch in q):
-        return (
-            qid,
-            None,
-            f"line {n}: the query holds a lone surrogate escape; fix the line's encoding",
-        )
-    if not q.strip():
-        return qid, None, f"line {n}: empty query"
-    return qid, q, None
-
-
-QUOTE_CHARS = 600  # a quote longer than this is cut (with " …") unless --full
-
-
-def render(resp: Any, full: bool = False) -> str:
-    """Results as a person reads them. The lexical-only fallback is said first, not last; names
-    and text are printed with control characters escaped (a name cannot split a line or send
-    escape sequences to the terminal)."""
-    head = [f"note: {safe(n)}" for n in resp.notes if resp.lexical_only]
-    tail = [f"note: {safe(n)}" for n in resp.notes if not resp.lexical_only]
-    if not resp.answered:
-        if resp.threshold is not None:
-            line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{safe(resp.query)}"'
-        else:
-            line = f'NO ANSWER: no chunk matches any term of "{safe(resp.query)}"'
-        return "\n".join([*head, line, *did_you_mean(resp), *tail])
-    out = list(head)
-    for r in resp.results:
-        dist = "-" if r.distance is None else f"{r.distance:.3f}"
-        bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
-        where = f"{safe(r.pack)}: " if r.pack else ""
-        out.append(f"[{r.rank}] {where}{safe(r.locator)}")
-        meta = f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}"
-        if r.rerank_score is not None:
-            meta += f"  ·  rerank {r.rerank_score:.3f}"
-        out.append(meta)
-        out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
-        if r.also:
-            out.append(f"    also at: {safe(', '.join(r.also))}")
-    out.extend(did_you_mean(resp))
-    out.extend(tail)
-    return "\n".join(out)
-
-
-def did_you_mean(resp: Any) -> list[str]:
-    """One line per query word the pack does not hold, with its nearest vocabulary terms."""
-    return [
-        f"did you mean: {safe(' / '.join(t for t, _, _ in s.did_you_mean))} "
-        f"(for {safe(repr(s.term))}, in no chunk)"
-        for s in getattr(resp, "suggestions", [])
-    ]
-
-
-def quote(content: str, limit: int | None, width: int = 96) -> str:
-    """The chunk's text for a terminal: prose paragraphs re-wrapped, code and tables (a block
-    with a line that starts with whitespace, a fence or a pipe) kept line by line; cut after
-    ``limit`` characters with " …" unless ``limit`` is None."""
-    blocks: list[str] = []
-    used = 0
-    for para in safe_text(content).split("\n\n"):
-        lines = [x.rstrip() for x in para.strip("\n").split("\n")]
-        if not any(lines):
-            continue
-        literal = any(x.startswith((" ", "\t", "```", "~~~", "|")) for x in lines)
-        block = "\n".join(lines) if literal else textwrap.fill(" ".join(para.split()), width)
-        if limit is not None and used + len(block) > limit:
-            room = limit - used
-            if room >= 40:
-                blocks.append(
-                    textwrap.fill(
-                        textwrap.shorten(" ".join(block.split()), room, placeholder=" …"), width
-                    )
-                )
-            else:
-                blocks.append("…")
-            break
-        blocks.append(block)
-        used += len(block)
-    return "\n".join(blocks)
-
-
-# C0 and C1 control characters as visible escapes: an ESC in a document's name must not reach
-# the terminal raw, a CR must not overwrite the line.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
-_CONTROL_KEEP_LINES = {c: e for c, e in _CONTROL.items() if chr(c) not in "\n\t"}
-
-
-def safe(field: str) -> str:
-    """A one-line field (name, section, locator, query): every control character escaped."""
-    return field.translate(_CONTROL)
-
-
-def safe_text(text: str) -> str:
-    """Text shown as text: control characters escaped, newlines and tabs kept."""
-    return text.translate(_CONTROL_KEEP_LINES)
-
-
 def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
-    """Pack the best sources under the token budget; the citation table stays outside the prompt."""
-    count = p.embedder.count_tokens if p.embedder is not None else (lambda s: len(s) // 4 + 1)
-    used = 0
-    sources: list[tuple[Any, str]] = []
-    for r in resp.results:
-        block = f"[{len(sources) + 1}] {r.doc} — {r.section or r.title}\n{r.content}\n"
-        cost = count(block)
-        if used + cost > kw["budget_tokens"]:
-            continue
-        used += cost
-        sources.append((r, block))
-    prompt = "\n".join(
-        [
-            PROMPT_INSTRUCTIONS,
-            "",
-            "Sources:",
-            *(b for _, b in sources),
-            f"Question: {resp.query}",
-            "Answer:",
-        ]
-    )
-    citations = [
-        {
-            "n": i + 1,
-            **({"pack": r.pack} if r.pack else {}),
-            "doc": r.doc,
-            "section": r.section,
-            "locator": r.locator,
-            "page": r.page,
-            "from": r.start,
-            "to": r.end,
-        }
-        for i, (r, _) in enumerate(sources)
-    ]
+    """Print the prompt (stdout) and its citation table (stderr), or both as JSON."""
+    from kbpack.prompt import build_prompt, rough_tokens
+
+    count = p.embedder.count_tokens if p.embedder is not None else rough_tokens
+    prompt = build_prompt(resp, kw["budget_tokens"], count)
     if kw["as_json"]:
-        emit_json(
-            {
-                "prompt": prompt,
-                "tokens": used,
-                "budget_tokens": kw["budget_tokens"],
-                "answered": bool(sources),
-                "citations": citations,
-            }
-        )
+        emit_json(prompt.as_dict())
     else:
-        click.echo(prompt)
+        click.echo(prompt.text)
         click.echo("\n--- citations (kept outside the prompt) ---", err=True)
-        for c in citations:
+        for c in prompt.citations:
             click.echo(f"[{c['n']}] {c['locator']}", err=True)
-    return Exit.OK if sources else Exit.REFUSED
+    return Exit.OK if prompt.answered else Exit.REFUSED

@@ -109,6 +109,9 @@ def serve(
             raise UsageError(
                 f"cannot listen on {host}:{port} ({e.strerror}): choose another --port"
             ) from e
+        # listen before the URL is printed: a client that reads it and connects at once
+        # waits in the backlog instead of being refused while the server starts (seen under load)
+        sock.listen(2048)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{bound}/" + (f"?token={token}" if token else "")

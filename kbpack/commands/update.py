@@ -8,18 +8,13 @@ from typing import Any
 import click
 
 from kbpack.commands.build import build_options, run_build_command
+from kbpack.commands.common import output_option
 
 
 @click.command()
 @click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the new pack here (default: replace PACK atomically).",
-)
+@output_option("Write the new pack here (default: replace PACK atomically).", dir_okay=False)
 @click.option(
     "--key",
     type=click.Path(dir_okay=False, path_type=Path),

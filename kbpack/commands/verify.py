@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kbpack.commands.common import emit_json, json_option, table
+from kbpack.commands.common import emit_json, json_option, output_option, table
 
 _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 
@@ -67,14 +67,7 @@ def verify(
 
 
 @click.command()
-@click.option(
-    "-o",
-    "--output",
-    "stem",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Writes STEM.key (secret, mode 0600) and STEM.pub.",
-)
+@output_option("Writes STEM.key (secret, mode 0600) and STEM.pub.", dest="stem", required=True)
 @json_option
 def keygen(stem: Path, as_json: bool) -> int:
     """Make an Ed25519 key pair for signing packs."""

@@ -6,8 +6,8 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
+from kbpack.choices import KIND_BY_SUFFIX
 from kbpack.document import Document, Section
-from kbpack.kinds import KIND_BY_SUFFIX
 
 MEDIA_TYPES: dict[str, str] = {
     "md": "text/markdown",

@@ -318,7 +318,7 @@ def migrate_pack(
                 source=src,
                 format_from=version,
                 format_steps=steps,
-                pipeline_from=int(reader.root_attrs.get(F.R_PIPELINE_VERSION, 0)),
+                pipeline_from=reader.pipeline_version,
                 pipeline_to=F.PIPELINE_VERSION,
                 model_from=reader.model,
                 model_to=reader.model,
@@ -650,7 +650,7 @@ def staleness(reader: PackReader, default_sha: str | None = _UNSET) -> list[dict
                 "fix": f"kbpack update {reader.path} SOURCES...",
             }
         )
-    pipeline = int(reader.root_attrs.get(F.R_PIPELINE_VERSION, 0))
+    pipeline = reader.pipeline_version
     if pipeline < F.PIPELINE_VERSION and ok:
         out.append(
             {

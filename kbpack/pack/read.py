@@ -221,13 +221,14 @@ class PackReader:
             )
         import h5py
 
-        if check_structure_:  # HDF5 parses it in a sandboxed child first (preflight.py)
-            check_parses(self.path, self.header, actual)
+        # HDF5 parses it in a sandboxed child first (preflight.py), which checks the structure
+        # too: a state it found clean (now or before) is not checked twice
+        checked = check_structure_ and check_parses(self.path, self.header, actual)
         with hdf5_errors(self.where):
             self.h5 = h5py.File(self.path, "r", locking=False)
         self._cache: dict[str, Any] = {}
         self._stored: dict[str, StoredRows] = {}
-        if check_structure_:
+        if check_structure_ and not checked:
             with hdf5_errors(self.where):
                 findings = check_structure(
                     self.h5, self.manifest.counts, actual, self.manifest.format_version
@@ -291,6 +292,19 @@ class PackReader:
     @cached_property
     def root_attrs(self) -> dict[str, Any]:
         return self.attrs("/")
+
+    @cached_property
+    def pipeline_version(self) -> int:
+        """The root's ``kbpack:pipeline_version`` (0 when absent). A value that is not a whole
+        number is damage in one line, not a ValueError where inspect's staleness report or
+        migrate compares it (found by enumerating the golden pack's attributes, bench/fuzz.py
+        lane)."""
+        value = self.root_attrs.get(F.R_PIPELINE_VERSION, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DamagedDataError(
+                self.where, "/", f"{F.R_PIPELINE_VERSION} is {value!r}, not a whole number"
+            )
+        return value
 
     @property
     def has_vectors(self) -> bool:
@@ -517,9 +531,9 @@ class PackReader:
     def copy_groups(self) -> np.ndarray | None:
         """The copy group of every chunk row (int64, -1 for a chunk with no copy), or None in a
         pack without ``/copies``."""
-        if not self.has_copies:
-            return None
-        key = "copy_groups"
+        key = "copy_groups"  # None cached too: a result asks per chunk, HDF5's lookup costs
+        if key not in self._cache and not self.has_copies:
+            self._cache[key] = None
         if key not in self._cache:
             n = len(self.column(F.CHUNK_DOCUMENT))
             out = np.full(n, -1, dtype=np.int64)
@@ -527,7 +541,7 @@ class PackReader:
             ok = (chunk >= 0) & (chunk < n)  # verify reports the rest; search must not crash
             out[chunk[ok]] = self.column(F.COPY_GROUP)[ok]
             self._cache[key] = out
-        arr: np.ndarray = self._cache[key]
+        arr: np.ndarray | None = self._cache[key]
         return arr
 
     def chunk_content(self, chunk: int) -> str:

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 
 from kbpack.pack import format as F
+from kbpack.pack.digest import plain
 from kbpack.verify.exam_state import ExamState
 from kbpack.verify.report import HEADER
 
@@ -39,6 +40,9 @@ class Invariants(ExamState):
                 )
         if root.get(F.R_VECTORS) not in ("dense", "none"):
             self.add("attribute-invalid", "/", f"{F.R_VECTORS} must be 'dense' or 'none'")
+        pipeline = plain(root.get(F.R_PIPELINE_VERSION, 0))
+        if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 0:
+            self.add("attribute-invalid", "/", f"{F.R_PIPELINE_VERSION} must be a whole number")
 
     # documents -----------------------------------------------------------------------------
     def _doc_chars(self) -> np.ndarray | None:

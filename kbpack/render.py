@@ -1,0 +1,93 @@
+"""A search response as a person reads it on a terminal (``kbpack query`` without --json):
+numbered results with their locators, quotes re-wrapped and cut, notes, "did you mean".
+Names and text are printed with control characters escaped."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+QUOTE_CHARS = 600  # a quote longer than this is cut (with " …") unless --full
+
+
+def render(resp: Any, full: bool = False) -> str:
+    """Results as a person reads them. The lexical-only fallback is said first, not last; names
+    and text are printed with control characters escaped (a name cannot split a line or send
+    escape sequences to the terminal)."""
+    head = [f"note: {safe(n)}" for n in resp.notes if resp.lexical_only]
+    tail = [f"note: {safe(n)}" for n in resp.notes if not resp.lexical_only]
+    if not resp.answered:
+        if resp.threshold is not None:
+            line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{safe(resp.query)}"'
+        else:
+            line = f'NO ANSWER: no chunk matches any term of "{safe(resp.query)}"'
+        return "\n".join([*head, line, *did_you_mean(resp), *tail])
+    out = list(head)
+    for r in resp.results:
+        dist = "-" if r.distance is None else f"{r.distance:.3f}"
+        bm = "-" if r.bm25_rank is None else str(r.bm25_rank)
+        where = f"{safe(r.pack)}: " if r.pack else ""
+        out.append(f"[{r.rank}] {where}{safe(r.locator)}")
+        meta = f"    {safe(r.section or r.title)}  ·  distance {dist}  ·  bm25 rank {bm}"
+        if r.rerank_score is not None:
+            meta += f"  ·  rerank {r.rerank_score:.3f}"
+        out.append(meta)
+        out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
+        if r.also:
+            out.append(f"    also at: {safe(', '.join(r.also))}")
+    out.extend(did_you_mean(resp))
+    out.extend(tail)
+    return "\n".join(out)
+
+
+def did_you_mean(resp: Any) -> list[str]:
+    """One line per query word the pack does not hold, with its nearest vocabulary terms."""
+    return [
+        f"did you mean: {safe(' / '.join(t for t, _, _ in s.did_you_mean))} "
+        f"(for {safe(repr(s.term))}, in no chunk)"
+        for s in getattr(resp, "suggestions", [])
+    ]
+
+
+def quote(content: str, limit: int | None, width: int = 96) -> str:
+    """The chunk's text for a terminal: prose paragraphs re-wrapped, code and tables (a block
+    with a line that starts with whitespace, a fence or a pipe) kept line by line; cut after
+    ``limit`` characters with " …" unless ``limit`` is None."""
+    blocks: list[str] = []
+    used = 0
+    for para in safe_text(content).split("\n\n"):
+        lines = [x.rstrip() for x in para.strip("\n").split("\n")]
+        if not any(lines):
+            continue
+        literal = any(x.startswith((" ", "\t", "```", "~~~", "|")) for x in lines)
+        block = "\n".join(lines) if literal else textwrap.fill(" ".join(para.split()), width)
+        if limit is not None and used + len(block) > limit:
+            room = limit - used
+            if room >= 40:
+                blocks.append(
+                    textwrap.fill(
+                        textwrap.shorten(" ".join(block.split()), room, placeholder=" …"), width
+                    )
+                )
+            else:
+                blocks.append("…")
+            break
+        blocks.append(block)
+        used += len(block)
+    return "\n".join(blocks)
+
+
+# C0 and C1 control characters as visible escapes: an ESC in a document's name must not reach
+# the terminal raw, a CR must not overwrite the line.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+_CONTROL_KEEP_LINES = {c: e for c, e in _CONTROL.items() if chr(c) not in "\n\t"}
+
+
+def safe(field: str) -> str:
+    """A one-line field (name, section, locator, query): every control character escaped."""
+    return field.translate(_CONTROL)
+
+
+def safe_text(text: str) -> str:
+    """Text shown as text: control characters escaped, newlines and tabs kept."""
+    return text.translate(_CONTROL_KEEP_LINES)
