@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from kbpack.errors import ModelError
 AMX_SCORE_BIT = 1 << 11
 VARIANT_PREFIX = "libggml-cpu-"
 GGML_NAMES = ("libggml.so", "libggml.dylib", "ggml.dll")
+GGML_SONAME = "libggml.so.0"  # what libllama.so NEEDs (readelf -d)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,15 @@ def load_cpu_backend(llama_cpp: Any) -> CpuBackend:
             # layout: nothing to load, and nothing is touched, so llama.cpp loads as before
             _loaded = CpuBackend(variant=None)
             return _loaded
-        ggml = ctypes.CDLL(str(found[0]))  # the instance libllama already uses
+        # The ggml instance libllama already uses, found by its soname: a wheel holds
+        # libggml.so, .so.0 and .so.0.x as three copies, not links, and loading another copy by
+        # path would register the backend where libllama never looks (and run two ggml
+        # instances in one process).
+        try:
+            ggml = ctypes.CDLL(GGML_SONAME, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:  # not loaded under that name: leave loading to llama.cpp
+            _loaded = CpuBackend(variant=None)
+            return _loaded
         ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
         if ggml.ggml_backend_reg_count() > 0:  # variants beside a backend already registered
             _loaded = CpuBackend(variant=None)

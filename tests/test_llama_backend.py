@@ -7,6 +7,7 @@ installed llama.cpp is checked for a usable CPU backend whichever way it was bui
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from kbpack.embed import Embedder
 from kbpack.llama_backend import (
     AMX_SCORE_BIT,
+    GGML_SONAME,
     CpuBackend,
     choose_variant,
     load_cpu_backend,
@@ -106,7 +108,8 @@ def test_the_installed_llama_cpp_has_a_cpu_backend_after_loading(tiny_model: Pat
     backend = load_cpu_backend(llama_cpp)
     assert isinstance(backend, CpuBackend)
     assert load_cpu_backend(llama_cpp) is backend  # once per process
-    ggml = ctypes.CDLL(str(Path(llama_cpp.llama_cpp._base_path) / "libggml.so"))
+    # the instance libllama uses (by soname: a wheel's libggml.so is a copy, not a link)
+    ggml = ctypes.CDLL(GGML_SONAME, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
     assert ggml.ggml_backend_reg_count() >= 1
     if backend.variant is not None:  # a runtime-dispatch build: ggml's best non-AMX choice
