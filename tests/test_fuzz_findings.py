@@ -300,3 +300,23 @@ def test_a_pipeline_version_that_is_not_a_whole_number_is_one_line(
     assert (
         r.returncode == 1 and "attribute-invalid" in r.stdout and F.R_PIPELINE_VERSION in r.stdout
     )
+
+
+@pytest.mark.parametrize("element", [F.VECTORS, F.PIECES])
+def test_an_optional_element_deleted_from_the_file_is_a_verify_finding(
+    tmp_path: Path, element: str
+) -> None:
+    """bench/fuzz.py packs 32:289: /vectors deleted and the file's size and hash restamped;
+    verify said "intact" (the manifest's digests of a missing optional element were skipped)
+    while query failed on the missing vectors."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        del h[element]
+    restamp(pack, "bytes")
+    r = kbpack("verify", str(pack), "--json", cache=tmp_path / "cache")
+    assert r.returncode == 1, r.stderr
+    assert '"missing-element"' in r.stdout and f'"path": "{element}"' in r.stdout

@@ -41,10 +41,21 @@ class ElementDigests(ExamState):
             except Exception as e:
                 self.add("element-unreadable", el.path, describe(e))
         present = self.readable | {"/"}
+        reported: set[str] = set()
         for key in sorted(self.elements):
             base = key.removesuffix("@attrs")
             if base not in present and base in F.ELEMENT_BY_PATH:
-                continue  # missing, or refused: the structure step said so already
+                optional = F.ELEMENT_BY_PATH[base].optional
+                if optional and base not in self.in_file and base not in reported:
+                    # an optional element the pack was written with, gone since (a required
+                    # one is the structure step's "missing-element" already)
+                    reported.add(base)
+                    self.add(
+                        "missing-element",
+                        base,
+                        "the manifest lists this element's digest but the file lacks it",
+                    )
+                continue  # refused: the structure step said so already
             if base not in present:
                 self.add("digest-orphan", key, "the manifest lists a digest for no element")
 

@@ -35,6 +35,7 @@ class ExamState:
         self.mismatched_keys: list[str] = []
         self.stamp_differs = False  # manifest "created" differs from the root attribute
         self.readable: set[str] = set()  # elements safe to read
+        self.in_file: set[str] = set()  # every object the file holds, safe or not
         self.num: dict[str, np.ndarray] = {}
         self.raw: dict[str, list[bytes]] = {}
         self.attrs: dict[str, dict[str, Any]] = {}

@@ -143,6 +143,7 @@ class Examiner(
         self.readable = {
             p for p in hard if p in F.ELEMENT_BY_PATH and not any(_within(p, u) for u in unsafe)
         }
+        self.in_file = set(hard)
         self.stats["elements"] = len(self.readable)
         if quick:
             return
