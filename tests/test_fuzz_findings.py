@@ -320,3 +320,41 @@ def test_an_optional_element_deleted_from_the_file_is_a_verify_finding(
     r = kbpack("verify", str(pack), "--json", cache=tmp_path / "cache")
     assert r.returncode == 1, r.stderr
     assert '"missing-element"' in r.stdout and f'"path": "{element}"' in r.stdout
+
+
+def test_postings_pointing_past_the_chunks_are_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 32:1919: /bm25/chunk values rewritten with valid HDF5 checksums;
+    the first query reads only its terms' postings (no digest covers a part) and failed with
+    an IndexError on chunk row 255 of 63."""
+
+    def past_the_end(ids: Any) -> None:
+        ids[:] = 10**6
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    rewrite(pack, F.BM25_CHUNK, past_the_end)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert f"{F.BM25_CHUNK} is damaged (a posting points at chunk row 1000000" in r.stderr
+
+
+def test_a_bm25_parameter_that_is_not_a_number_is_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 32:2384: /bm25@b = [0] with the digests restamped: TypeError from
+    float() in inspect and query."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h[F.BM25].attrs[F.BM25_B] = [0]
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    for command in (["inspect"], ["query", "--mode", "bm25"]):
+        args = [command[0], str(pack), *command[1:]]
+        if command[0] == "query":
+            args += ["--", "pypdf merge pages"]
+        r = kbpack(*args, cache=tmp_path / "cache")
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.count("\n") == 1
+        assert f"{F.BM25} is damaged (attribute b is not a number)" in r.stderr

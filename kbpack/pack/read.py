@@ -379,7 +379,16 @@ class PackReader:
     @cached_property
     def bm25_params(self) -> tuple[float, float]:
         a = self.attrs(F.BM25)
-        return float(a.get(F.BM25_K1, 1.2)), float(a.get(F.BM25_B, 0.75))
+        out = []
+        for name, default in ((F.BM25_K1, 1.2), (F.BM25_B, 0.75)):
+            value = a.get(name, default)
+            # a damaged attribute (a list, a string, NaN) is one line, not a TypeError later
+            if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+                raise DamagedDataError(self.where, F.BM25, f"attribute {name} is not a number")
+            if not np.isfinite(value):
+                raise DamagedDataError(self.where, F.BM25, f"attribute {name} is not finite")
+            out.append(float(value))
+        return out[0], out[1]
 
     # -- data --------------------------------------------------------------------------------
     def column(self, path: str) -> np.ndarray:
