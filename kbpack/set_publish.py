@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kbpack import interrupt
+from kbpack.pack.write import _fsync_dir
 
 _MEMBER = re.compile(r"^(.*)-(\d{3,})$")
 
@@ -59,15 +60,6 @@ def set_info(path: Path) -> dict[str, Any] | None:
         return {"id": str(info["id"]), "index": int(info["index"]), "count": int(info["count"])}
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _backups(out: Path) -> list[Path]:
