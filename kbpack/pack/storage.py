@@ -11,7 +11,10 @@ One helper, ``create_dataset``, is used by every writer so that no dataset escap
   nothing and costs a decompression on every dense scan), the embedded GGUF (already dense
   float16 weights) and the common terms' dense tf rows (``/bm25/dense_tf``: a query reads a
   whole row per common term, and inflating it cost ~20x the plain read, bench/RESULTS.md) are
-  only checksummed;
+  only checksummed; so are the four BM25 columns every query reads whole before its postings
+  (the vocabulary's ``terms_blob`` and ``terms_offsets``, ``indptr``, ``doc_len``): inflating
+  them was a quarter of a process's first BM25 query at 100k chunks (~5 of ~19 ms CPU), for
+  ~1% of the pack's size (spec §1.1 lets them be either: packs written before are deflated);
 * the first dimension is unlimited, because HDF5 cannot chunk a fixed zero-length dimension and
   packs do have empty columns (no pages, no failed documents).
 
@@ -41,7 +44,19 @@ DEFLATE_LEVEL = 4  # postings + offsets of 100k chunks (68.6 MB raw): 11.9 MB at
 #   4, 10.95 at 9, which took 6x level 4's time to write
 
 # Elements stored checksummed but not compressed (see the module docstring for why).
-UNCOMPRESSED = frozenset({F.VEC_DATA, F.PIECE_DATA, F.MODEL_GGUF, F.BM25_DENSE_TF})
+UNCOMPRESSED = frozenset(
+    {
+        F.VEC_DATA,
+        F.PIECE_DATA,
+        F.MODEL_GGUF,
+        F.BM25_DENSE_TF,
+        # read whole by every query (spec §1.1: MAY be compressed; kbpack writes them plain)
+        F.BM25_TERMS_BLOB,
+        F.BM25_TERMS_OFFSETS,
+        F.BM25_INDPTR,
+        F.BM25_DOC_LEN,
+    }
+)
 
 
 def checksummed(path: str) -> bool:
