@@ -114,6 +114,11 @@ class CheckedDataset:
         it) and return stored bytes as values -- a query's postings slice answered wrong
         citations silently (found by tests/test_filter_mask.py). Whole reads are checked by
         the digest instead. A few microseconds per chunk, once per chunk.
+
+        The mask comes from ``read_direct_chunk`` (a B-tree lookup: 2.5-5 us wherever the chunk
+        is), not ``get_chunk_info_by_coord``, which HDF5 answers by walking the chunk index
+        from its start: 2 us for the first chunk, 37 us for the last of 2,052 (100k chunks'
+        postings), 102 us for the last of 5,126 (1M) -- up to ~40 of them per query.
         """
         rows = self._rows
         if rows is None:
@@ -126,12 +131,12 @@ class CheckedDataset:
             if c in self._masks_ok:
                 continue
             with hdf5_errors(self._where, self.element):
-                info = self._ds.id.get_chunk_info_by_coord((c * rows, *tail))
-            if info.filter_mask:
+                mask, _ = self._ds.id.read_direct_chunk((c * rows, *tail))
+            if mask:
                 raise DamagedDataError(
                     self._where,
                     self.element,
-                    f"chunk at row {c * rows}: its filter mask {info.filter_mask:#x} skips a filter",
+                    f"chunk at row {c * rows}: its filter mask {mask:#x} skips a filter",
                 )
             self._masks_ok.add(c)
 
