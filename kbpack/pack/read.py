@@ -27,7 +27,7 @@ import numpy as np
 
 from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
-from kbpack.pack.digest import attrs_digest, numeric_digest, plain, strings_digest
+from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, strings_digest
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.preflight import check_parses
 from kbpack.pack.structure import check_structure
@@ -447,6 +447,58 @@ class PackReader:
         out: list[str] = self._cache[path]
         return out
 
+    def string_at(self, path: str, row: int) -> str:
+        """One row of a string dataset, checked: against its stored row digest where the pack
+        has ``/row_digests`` for ``path`` (spec §3.11; a citation then reads one title, not
+        the 673k of a 1M-chunk pack's sections), else through the whole column's digest."""
+        if path in self._cache:
+            cached: list[str] = self._cache[path]
+            return cached[row]
+        digests = self._row_digests(path)
+        if digests is None:
+            return self.strings(path)[row]
+        key = f"{path}:{row}"
+        if key not in self._cache:
+            if not 0 <= row < len(digests):
+                raise DamagedDataError(self.where, path, f"row {row} is outside the column")
+            with hdf5_errors(self.where, path):
+                raw = self.h5[path][row]
+            data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
+            if row_digest(data) != int(digests[row]):
+                raise DamagedDataError(self.where, path, f"row {row} differs from its row digest")
+            try:
+                self._cache[key] = data.decode("utf-8")
+            except UnicodeDecodeError as e:  # a row digest written over invalid bytes
+                raise DamagedDataError(self.where, path, f"row {row} is not UTF-8") from e
+        out: str = self._cache[key]
+        return out
+
+    def row_digests_or_strings(self, path: str) -> None:
+        """Read (and cache) what ``string_at(path, row)`` will check rows against: the row
+        digests, or the whole column in a pack without them."""
+        if self._row_digests(path) is None:
+            self.strings(path)
+
+    def _row_digests(self, path: str) -> np.ndarray | None:
+        """``path``'s row digests (read whole, digest-checked, cached), or None: no row
+        digests for it, or a pack written before them."""
+        digest_path = F.ROW_DIGEST_OF.get(path)
+        if digest_path is None:
+            return None
+        key = f"rows-present:{digest_path}"
+        if key not in self._cache:
+            with hdf5_errors(self.where, digest_path):
+                self._cache[key] = digest_path in self.h5
+        if not self._cache[key]:
+            return None
+        digests = self.column(digest_path)
+        column = self.counts.get("sections" if path == F.SEC_TITLE else "documents")
+        if column is not None and len(digests) != int(column):
+            raise DamagedDataError(
+                self.where, digest_path, f"{len(digests)} rows, not {int(column)}"
+            )
+        return digests
+
     def warnings(self, doc: int) -> list[str]:
         """One document's warnings: its ``/documents/warnings`` row, a JSON array of strings.
 
@@ -500,7 +552,7 @@ class PackReader:
             with hdf5_errors(self.where, F.DOC_TEXT):
                 raw = self.h5[F.DOC_TEXT][doc]
             data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
-            want = self.strings(F.DOC_TEXT_SHA256)[doc]
+            want = self.string_at(F.DOC_TEXT_SHA256, doc)
             if hashlib.sha256(data).hexdigest() != want:
                 raise DamagedDataError(
                     self.where, F.DOC_TEXT, f"row {doc} differs from its text_sha256"
@@ -581,12 +633,11 @@ class PackReader:
     def section_path(self, section: int) -> list[str]:
         """Heading titles from level 1 down to ``section`` (the root is the document title)."""
         parents = self.column(F.SEC_PARENT)
-        titles = self.strings(F.SEC_TITLE)
         path: list[str] = []
         seen = 0
         s = section
         while s >= 0 and parents[s] >= 0 and seen < 64:
-            path.append(titles[s])
+            path.append(self.string_at(F.SEC_TITLE, s))
             s = int(parents[s])
             seen += 1
         return path[::-1]
