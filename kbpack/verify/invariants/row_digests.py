@@ -29,4 +29,4 @@ class RowDigestInvariants(ExamState):
                 continue
             wrong = stored != row_digests(raw)
             what = f"not the digest of {column}'s row"
-            self._rows("row-digests", path, wrong, lambda _i: what)
+            self._rows("row-digests", path, wrong, lambda _i, what=what: what)
