@@ -5,6 +5,8 @@ damaged title pass (or a sound one fail) in every query."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kbpack.pack import format as F
 from kbpack.pack.digest import row_digests
 from kbpack.verify.exam_state import ExamState
@@ -28,5 +30,8 @@ class RowDigestInvariants(ExamState):
                 self.add("row-digests", path, f"{len(stored)} rows, {column} has {len(raw)}")
                 continue
             wrong = stored != row_digests(raw)
-            what = f"not the digest of {column}'s row"
-            self._rows("row-digests", path, wrong, lambda _i, what=what: what)
+            self._rows("row-digests", path, wrong, _not_the_digest_of(column))
+
+
+def _not_the_digest_of(column: str) -> Callable[[int], str]:
+    return lambda _row: f"not the digest of {column}'s row"
