@@ -21,6 +21,7 @@ out/bench/ (bench/synth.py, bench/scale.py), target < 0.5 s at 1M chunks.
 
     python bench/cold_query.py
     python bench/cold_query.py --repeat 3 --json
+    python bench/cold_query.py --repeat 9 --baseline ../main   # before / after, same rounds
 """
 
 from __future__ import annotations
@@ -66,11 +67,14 @@ print(np.argsort(-(v @ q))[:5])
 _BARE_FAST_EXIT = _BARE + "sys.stdout.flush()\nos._exit(0)\n"
 
 
-def process_time(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its threads: user + system)."""
+def process_time(cmd: list[str], tree: Path = ROOT) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its threads: user + system), run with
+    ``tree``'s kbpack first on the path (its folder, ahead of an editable install's)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree != ROOT else None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # cwd=tree too: ``python -m`` puts the working folder first on sys.path
+    done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 3):  # 3: the query was refused (still a complete answer)
@@ -79,16 +83,16 @@ def process_time(cmd: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def compile_bytecode() -> None:
+def compile_bytecode(root: Path = ROOT) -> None:
     """Write kbpack's ``.pyc`` files first, as ``pip install`` does: with PYTHONDONTWRITEBYTECODE
     set (as on this machine) an editable install never gets them, and every cold query then
     compiled ~19 kbpack modules from source -- a cost no installed kbpack pays."""
     import compileall
 
-    compileall.compile_dir(str(ROOT / "kbpack"), quiet=1)
+    compileall.compile_dir(str(root / "kbpack"), quiet=1)
 
 
-def cold(pack: Path, repeat: int) -> dict[str, Any]:
+def cold(pack: Path, repeat: int, baseline: Path | None = None) -> dict[str, Any]:
     compile_bytecode()
     kbpack = str(Path(sys.executable).with_name("kbpack"))
     commands = {
@@ -99,6 +103,14 @@ def cold(pack: Path, repeat: int) -> dict[str, Any]:
         "kbpack_query_hybrid": [kbpack, "query", str(pack), QUERY, "--json"],
         "kbpack_query_bm25": [kbpack, "query", str(pack), QUERY, "--mode", "bm25", "--json"],
     }
+    trees: dict[str, Path] = {}
+    if baseline is not None:  # another kbpack tree (a checkout of main), timed in the same rounds
+        compile_bytecode(baseline)
+        commands["kbpack_query_hybrid_baseline"] = [
+            *[sys.executable, "-m", "kbpack"],
+            *commands["kbpack_query_hybrid"][1:],
+        ]
+        trees["kbpack_query_hybrid_baseline"] = baseline.resolve()
     times: dict[str, list[float]] = {k: [] for k in commands}
     cpus: dict[str, list[float]] = {k: [] for k in commands}
     names = list(commands)
@@ -106,12 +118,18 @@ def cold(pack: Path, repeat: int) -> dict[str, Any]:
     for rep in range(repeat):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            wall, cpu = process_time(commands[name])
+            wall, cpu = process_time(commands[name], trees.get(name, ROOT))
             times[name].append(wall)
             cpus[name].append(cpu)
     med = {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
     cpu_med = {k: round(statistics.median(v) * 1000, 1) for k, v in cpus.items()}
-    return {
+    extra: dict[str, Any] = {}
+    if baseline is not None:
+        b = "kbpack_query_hybrid_baseline"
+        extra["baseline"] = str(baseline)
+        extra["ratio_baseline_over_bare"] = round(med[b] / med["bare_floor"], 3)
+        extra["cpu_ratio_baseline_over_bare"] = round(cpu_med[b] / cpu_med["bare_floor"], 3)
+    return extra | {
         "pack": str(pack.relative_to(ROOT)),
         "pack_bytes": pack.stat().st_size,
         "median_ms": med,
@@ -137,9 +155,15 @@ def main() -> int:
     ap.add_argument("--pack", type=Path, default=FIXTURES_PACK)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="also time `kbpack query` from another checkout (e.g. main), interleaved",
+    )
     args = ap.parse_args()
     pack = ensure(args.pack.resolve())
-    report: dict[str, Any] = {"cold": cold(pack, args.repeat), "open": []}
+    report: dict[str, Any] = {"cold": cold(pack, args.repeat, args.baseline), "open": []}
     synth = sorted((ROOT / "out" / "bench").glob("synth-*.kbpack"), key=lambda p: p.stat().st_size)
     for path in [pack, *synth]:
         report["open"].append(
@@ -150,9 +174,9 @@ def main() -> int:
         return 0
     c = report["cold"]
     print(f"cold process times, {c['pack']} ({c['pack_bytes'] / 1e6:.2f} MB), median ms:")
-    print(f"  {'command':24} {'wall':>8} {'cpu':>8}")
+    print(f"  {'command':28} {'wall':>8} {'cpu':>8}")
     for k, v in c["median_ms"].items():
-        print(f"  {k:24} {v:8.1f} {c['median_cpu_ms'][k]:8.1f}")
+        print(f"  {k:28} {v:8.1f} {c['median_cpu_ms'][k]:8.1f}")
     print(f"  kbpack hybrid / bare floor = {c['ratio_hybrid_over_bare']} (wall), ", end="")
     print(f"{c['cpu_ratio_hybrid_over_bare']} (cpu); load average {c['load_average']}")
     print(

@@ -63,10 +63,12 @@ FLAGS = frozenset({"--full", "--json", "-q", "--quiet"})
 
 @dataclass(frozen=True)
 class Plan:
-    """What a query command line will load: the pack's default model, with ``threads``."""
+    """What a query command line will load: the pack's default model, with ``threads``;
+    ``query``: the query's text (None with ``--batch``)."""
 
     pack: Path
     threads: int | None
+    query: str | None = None
 
 
 def plan(args: list[str]) -> Plan | None:
@@ -105,7 +107,7 @@ def plan(args: list[str]) -> Plan | None:
         threads = int(values["--threads"])  # ValueError: start() starts nothing
         if threads < 1:
             return None
-    return Plan(Path(pack), threads)
+    return Plan(Path(pack), threads, " ".join(text) if text else None)
 
 
 _lock = threading.Lock()
@@ -124,12 +126,20 @@ def start(args: list[str]) -> None:
         path = converted_default_model()
         if path is None:
             return  # not converted yet, or no weights: the normal path says what to do
-        start_load(path, p.threads)
+        load = start_load(path, p.threads)
+        if p.query is not None:
+            # embedded right after the load, as the search would ask (kbpack/model_load.py),
+            # behind the prefix the default model's packs are stamped with; the search takes
+            # the vector only for the very text it embeds, prefix included
+            from kbpack.model.cache import DEFAULT_MODEL_NAME
+            from kbpack.model.prefixes import default_prefixes
+
+            load.ahead(default_prefixes(DEFAULT_MODEL_NAME).query + p.query)
     except Exception:
         return
 
 
-def start_load(path: Path, threads: int | None) -> None:
+def start_load(path: Path, threads: int | None) -> ModelLoad:
     """Start loading ``path`` with ``threads`` as the process's early load (one at most: an
     earlier one is settled first)."""
     global _early
@@ -140,6 +150,7 @@ def start_load(path: Path, threads: int | None) -> None:
     load = ModelLoad(lambda: Embedder(path, threads=threads))
     with _lock:
         _early = (Path(path), threads, load)
+    return load
 
 
 def _pack_qualifies(pack: Path) -> bool:

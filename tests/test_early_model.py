@@ -58,13 +58,14 @@ def test_the_option_tables_are_the_query_commands_options() -> None:
 
 
 def test_plan_reads_the_usual_command_lines() -> None:
-    assert plan(["p.kbpack", "how", "to", "rotate"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["p.kbpack", "rotate", "--json", "-k", "3"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["--json", "p.kbpack", "--doc", "*.md", "rotate"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["p.kbpack", "rotate", "--threads", "2"]) == Plan(Path("p.kbpack"), 2)
-    assert plan(["p.kbpack", "rotate", "--threads=1", "--mode=dense"]) == Plan(Path("p.kbpack"), 1)
-    assert plan(["p.kbpack", "--", "-X importtime"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["p.kbpack", "--batch", "-"]) == Plan(Path("p.kbpack"), None)
+    pack = Path("p.kbpack")
+    assert plan(["p.kbpack", "how", "to", "rotate"]) == Plan(pack, None, "how to rotate")
+    assert plan(["p.kbpack", "rotate", "--json", "-k", "3"]) == Plan(pack, None, "rotate")
+    assert plan(["--json", "p.kbpack", "--doc", "*.md", "rotate"]) == Plan(pack, None, "rotate")
+    assert plan(["p.kbpack", "rotate", "--threads", "2"]) == Plan(pack, 2, "rotate")
+    assert plan(["p.kbpack", "rotate", "--threads=1", "--mode=dense"]) == Plan(pack, 1, "rotate")
+    assert plan(["p.kbpack", "--", "-X importtime"]) == Plan(pack, None, "-X importtime")
+    assert plan(["p.kbpack", "--batch", "-"]) == Plan(pack, None, None)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def test_several_packs_start_nothing(tmp_path: Path) -> None:
     a.write_bytes(b"x")
     b.write_bytes(b"x")
     assert plan([str(a), str(b), "rotate"]) is None  # kbpack.federate loads its own way
-    assert plan([str(a), "b.kbpack", "rotate"]) == Plan(a, None)  # not a file: query text
+    assert plan([str(a), "b.kbpack", "rotate"]) == Plan(a, None, "b.kbpack rotate")  # text
 
 
 def test_a_pack_that_does_not_qualify_starts_nothing(tmp_path: Path) -> None:
