@@ -69,6 +69,19 @@ def show(result: FuzzResult, load: str) -> None:
         print("  " + f.line())
 
 
+def git_commit() -> str:
+    """The checkout's commit (with "+changes" if it has uncommitted ones): a run's numbers
+    belong to the code that ran."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        done = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    sha = git("rev-parse", "--short", "HEAD") or "unknown"
+    return sha + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -123,6 +136,7 @@ def run_jobs(args: argparse.Namespace) -> None:
         argv = [sys.executable, __file__, "--target", "packs", "--seed", str(seed)]
         argv += ["--executions", str(each + (j < extra)), "--start", str(args.start)]
         argv += ["--timeout", str(args.timeout), "--checkpoint", str(files[-1]), "--json"]
+        argv += ["--verify-every", str(args.verify_every)]
         if args.minutes:
             argv += ["--minutes", str(args.minutes)]
         if args.keep:
@@ -184,6 +198,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--start", type=int, default=0, help="first execution index (run in pieces)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per command = a hang")
+    ap.add_argument(
+        "--verify-every",
+        type=int,
+        default=1,
+        help="run verify on every N-th execution only (the reader commands run on all)",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="copy each finding's input here")
     ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
     ap.add_argument("--json", action="store_true")
@@ -209,7 +229,9 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="kbpack-fuzz-seeds-") as tmp:
         seeds = pack_seeds(Path(tmp))
-        with PackFuzzer(seeds, timeout_s=args.timeout, keep_dir=args.keep) as fuzzer:
+        with PackFuzzer(
+            seeds, timeout_s=args.timeout, keep_dir=args.keep, verify_every=args.verify_every
+        ) as fuzzer:
             if args.replay:
                 seed, index = (int(x) for x in args.replay.split(":"))
                 mutant, found, runs = fuzzer.one(seed, index)
@@ -220,11 +242,18 @@ def main() -> None:
                     print("  " + f.line())
                 return
             t0 = time.monotonic()
+            commit = git_commit()
 
             def progress(r: FuzzResult) -> None:
                 if args.checkpoint is not None:
                     now = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
-                    extra = dict(seed=args.seed, start=args.start, load=f"{load} .. {now}")
+                    extra = dict(
+                        seed=args.seed,
+                        start=args.start,
+                        verify_every=args.verify_every,
+                        commit=commit,
+                        load=f"{load} .. {now}",
+                    )
                     write_checkpoint(args.checkpoint, r, extra)
                 if not args.json and sys.stderr.isatty():
                     print(f"\r{r.executions} executions, {r.counts()}", end="", file=sys.stderr)
@@ -240,6 +269,7 @@ def main() -> None:
                 print(file=sys.stderr)
     out: dict[str, Any] = result.as_json()
     out.update(seed=args.seed, start=args.start, load=load, wall_s=round(time.monotonic() - t0))
+    out.update(verify_every=args.verify_every, commit=commit)
     if args.checkpoint is not None:
         write_checkpoint(args.checkpoint, result, out)
     if args.json:

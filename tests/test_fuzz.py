@@ -49,6 +49,20 @@ def test_seeded_run_has_no_findings(fuzzer: PackFuzzer) -> None:
     assert set(result.per_command.values()) == {EXECUTIONS}  # every command on every mutant
 
 
+def test_verify_every_runs_the_reader_on_every_mutant_and_verify_on_every_nth(
+    fuzzer: PackFuzzer,
+) -> None:
+    fuzzer.verify_every = 3
+    try:
+        result = fuzzer.run(6, run_seed=20261203)
+    finally:
+        fuzzer.verify_every = 1
+    assert [f.line() for f in result.findings] == []
+    reader = {name: 6 for name, _ in fuzzer.seeds[0].commands.argv(Path("p")) if name != "verify"}
+    assert dict(result.per_command) == {**reader, "verify": 2}  # indices 0 and 3
+    assert result.commands == 6 * len(reader) + 2
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):

@@ -61,3 +61,45 @@ def test_a_reset_modification_time_is_another_state(tmp_path: Path) -> None:
     os.utime(pack, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert pack.stat().st_mtime_ns == st.st_mtime_ns
     assert memo_key(pack, header) != before
+
+
+def test_a_state_the_child_survived_but_refused_skips_the_child_not_the_allowlist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object the spec does not name: the child parses the pack safely and its allowlist
+    refuses it. The next open of that state forks no child but still refuses, in-process,
+    with the same line; a new state (the file rewritten) is checked in the child again."""
+    import h5py
+    import numpy as np
+
+    import kbpack.verify.sandbox as sandbox
+    from kbpack.errors import PackError
+    from kbpack.fuzz.pack_mutations import restamp
+
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h.create_dataset("/chunks/payload", data=np.arange(3))
+    restamp(pack, "bytes")  # size and hash agree: the reader reaches HDF5
+    children: list[Any] = []
+    real = sandbox.Isolated
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        children.append(args)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sandbox, "Isolated", counted)
+    calls = _counting(monkeypatch)
+    errors = []
+    for _ in range(3):
+        with pytest.raises(PackError) as e:
+            PackReader(pack)
+        errors.append(str(e.value))
+    assert "refused: unknown-object /chunks/payload" in errors[0]
+    assert errors == [errors[0]] * 3
+    assert len(children) == 1  # the first open only
+    assert len(calls) == 3  # the allowlist refuses it in-process at every open
+    pack.write_bytes(pack.read_bytes())  # the same bytes, another state (ctime, maybe inode)
+    with pytest.raises(PackError):
+        PackReader(pack)
+    assert len(children) == 2

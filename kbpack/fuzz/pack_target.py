@@ -37,11 +37,13 @@ class PackCommands:
 
     query: str  # words found in the seed, so that search reaches postings and vectors
     model: Path | None = None  # the GGUF the pack was built with, for dense search
+    # commands left out of this execution (the runner's ``verify_every`` leaves out verify)
+    without: frozenset[str] = frozenset()
 
     def argv(self, pack: Path) -> list[tuple[str, list[str]]]:
         p = str(pack)
         dense = ["--model", str(self.model)] if self.model else []
-        return [
+        every = [
             ("inspect", ["inspect", p, "--json"]),
             ("export-chunks", ["export", p, "--what", "chunks"]),
             ("export-sections", ["export", p, "--what", "sections"]),
@@ -53,6 +55,7 @@ class PackCommands:
             ),
             ("verify", ["verify", p, "--json"]),
         ]
+        return [(name, argv) for name, argv in every if name not in self.without]
 
 
 @dataclass(frozen=True)
