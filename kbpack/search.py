@@ -242,11 +242,19 @@ class Searcher:
         self.use_copies = True
         self._dense_cache: tuple[str, DenseScores] | None = None
         self._ahead: ModelLoad | None = None  # the finished load, holding the query it embedded
-        # The query prefix comes from the pack, never from the embedder or the caller: a pack
-        # built with a prefix cannot be queried without it.
-        self.query_prefix = str(reader.model.get(F.M_QUERY_PREFIX, "")) if reader.model else ""
+        self._query_prefix: str | None = None  # read when a query is first embedded
         # A cross-encoder (kbpack.rerank.Reranker) that reorders the top of the list, or None.
         self.reranker: Any | None = None
+
+    @property
+    def query_prefix(self) -> str:
+        """The pack's query prefix. It comes from the pack, never from the embedder or the
+        caller: a pack built with a prefix cannot be queried without it. Read on first use, so
+        that a BM25 query (every ``--mode bm25`` call) does not read ``/model``'s attributes."""
+        if self._query_prefix is None:
+            model = self.r.model
+            self._query_prefix = str(model.get(F.M_QUERY_PREFIX, "")) if model else ""
+        return self._query_prefix
 
     @property
     def embedder(self) -> Any | None:
