@@ -208,7 +208,7 @@ def main() -> None:
     ap.add_argument(
         "--enumerate",
         default=None,
-        choices=["row-drops"],
+        choices=["row-drops", "attribute-deletions"],
         help="run every item of an enumeration (kbpack/fuzz/pack_enumerations.py) instead",
     )
     ap.add_argument("--keep", type=Path, default=None, help="copy each finding's input here")

@@ -241,6 +241,7 @@ class Searcher:
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
         self._dense_cache: tuple[str, DenseScores] | None = None
+        self._indptr: np.ndarray | None = None  # /bm25/indptr, checked (``indptr``)
         self._ahead: ModelLoad | None = None  # the finished load, holding the query it embedded
         self._query_prefix: str | None = None  # read when a query is first embedded
         # A cross-encoder (kbpack.rerank.Reranker) that reorders the top of the list, or None.
@@ -315,7 +316,7 @@ class Searcher:
             # since looking a dataset up by path costs as much as a baked query's sums
             self._postings = (
                 self.lookup(),
-                r.column(F.BM25_INDPTR),
+                self.indptr(),
                 r.dataset(F.BM25_CHUNK),
                 r.dataset(F.BM25_TF),
             )
@@ -707,7 +708,7 @@ class Searcher:
 
     def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
         """Vocabulary terms close to ``word``: term -> (edit distance, chunks holding it)."""
-        indptr = self.r.column(F.BM25_INDPTR)
+        indptr = self.indptr()
         return near_terms(word, self.lookup(), lambda row: int(indptr[row + 1] - indptr[row]))
 
     def _rerank(self, query: str, results: list[Result], top: int) -> list[Result]:
@@ -778,12 +779,33 @@ class Searcher:
             self._lookup = TermLookup(blob, offsets)
         return self._lookup
 
+    def indptr(self) -> np.ndarray:
+        """``/bm25/indptr`` (where each term's postings start), checked once: it must rise from
+        0 to the postings count. A self-consistent but hostile pack (digests rewritten) can
+        hold any values, and a term's span is read as rows of the postings: a poked value
+        asked numpy for an array "too big" (bench/fuzz.py, packs 42:1697)."""
+        if self._indptr is None:
+            r = self.r
+            indptr = r.column(F.BM25_INDPTR)
+            postings = len(r.dataset(F.BM25_CHUNK))
+            if (
+                len(indptr) == 0
+                or indptr[0] != 0
+                or indptr[-1] != postings
+                or (len(indptr) > 1 and bool((np.diff(indptr) < 0).any()))
+            ):
+                raise DamagedDataError(
+                    r.where, F.BM25_INDPTR, "not increasing from 0 to the postings count"
+                )
+            self._indptr = indptr
+        return self._indptr
+
     def doc_freq(self, term: str) -> int:
         """Chunks that hold ``term`` (a tokenized term)."""
         row = self.lookup().find(term)
         if row is None:
             return 0
-        indptr = self.r.column(F.BM25_INDPTR)
+        indptr = self.indptr()
         return int(indptr[row + 1] - indptr[row])
 
     def default_threshold(self) -> float:

@@ -358,3 +358,51 @@ def test_a_bm25_parameter_that_is_not_a_number_is_one_line(tmp_path: Path) -> No
         assert r.returncode == 1, r.stderr
         assert r.stderr.count("\n") == 1
         assert f"{F.BM25} is damaged (attribute b is not a number)" in r.stderr
+
+
+def test_postings_offsets_out_of_range_are_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 42:1697: /bm25/indptr poked (digests rewritten to match); a term's
+    span asked numpy for an array 'too big' (ValueError) in query bm25 and hybrid."""
+    for value in (2**62, -3):
+        pack = Path(shutil.copy(GOLDEN, tmp_path / f"p{value}.kbpack"))
+
+        def poke(values: Any, v: int = value) -> None:
+            values[len(values) // 2] = v
+
+        rewrite(pack, F.BM25_INDPTR, poke)
+        for mode in ("bm25", "hybrid"):
+            r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf", cache=tmp_path / "c")
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.count("\n") == 1 and f"{F.BM25_INDPTR} is damaged" in r.stderr
+
+
+def shuffle_element_size(pack: Path, path: str, size: int) -> None:
+    """Set the element size that ``path``'s shuffle filter records in its object header
+    (format 2 packs use version-1 headers, which carry no checksum): the bytes of the filter
+    pipeline message's shuffle entry, found after the object's header address."""
+    import h5py
+
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[path].id).addr
+        itemsize = h[path].dtype.itemsize
+    data = bytearray(pack.read_bytes())
+    entry = b"\x02\x00\x08\x00\x01\x00\x01\x00shuffle\x00" + itemsize.to_bytes(4, "little")
+    at = data.find(entry, where)
+    assert 0 <= at - where < 1024, "the shuffle entry is not in this object's header"
+    data[at + 16 : at + 20] = size.to_bytes(4, "little")
+    pack.write_bytes(data)
+
+
+def test_a_shuffle_element_size_that_is_not_the_dtype_is_refused(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 41:3070: one flipped bit made /bm25/tf's shuffle element size 4100
+    instead of 4. HDF5 skipped the unshuffle, Fletcher-32 (over the compressed bytes) passed,
+    and query ranked by tf values of 0x01010101 with exit 0: a silent wrong answer. The
+    structure allowlist now refuses it, naming the element; verify reports it too."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    shuffle_element_size(pack, F.BM25_TF, 4100)
+    for mode in ("bm25", "hybrid"):
+        r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf", cache=tmp_path / "c")
+        assert r.returncode == 1, r.stdout
+        assert r.stderr.count("\n") == 1 and f"filter-pipeline {F.BM25_TF}: shuffle" in r.stderr
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1 and f"filter-pipeline {F.BM25_TF}" in r.stdout

@@ -9,6 +9,10 @@ the count is set to match and every element digest is recomputed, so the pack pa
 allowlist and the digests and reaches the readers' and ``verify``'s own checks of how the
 elements refer to one another (offsets, row numbers, postings, pieces).
 
+``attribute_deletions`` deletes each attribute of each element (and of the root) in turn,
+digests restamped: a random mutation picks one of ~200 attributes of a pack, and deletes
+rather than changes it one time in five, so a given attribute's absence is rarely drawn.
+
 Each item is (label, writer); the writer writes the mutant to a path and returns its
 ``Mutant`` (a forgery: it claims nothing of the seed's content).
 """
@@ -82,4 +86,31 @@ def _drop_rows(seed: Seed, key: str, where: str, label: str, out: Path) -> Mutan
     return Mutant(seed.name, f"enumerated: {label}", "elements", forged=True)
 
 
-ENUMERATIONS: dict[str, Callable[[Seed], Iterator[Item]]] = {"row-drops": row_drops}
+def attribute_deletions(seed: Seed) -> Iterator[Item]:
+    """Each attribute of each object of the seed deleted, one per item."""
+    import io
+
+    import h5py
+
+    with h5py.File(io.BytesIO(seed.data), "r") as h:
+        names = [(path, name) for path in seed.objects for name in sorted(h[path].attrs)]
+    for path, name in names:
+        label = f"attribute {path}@{name} deleted"
+        yield label, partial(_delete_attribute, seed, path, name, label)
+
+
+def _delete_attribute(seed: Seed, path: str, name: str, label: str, out: Path) -> Mutant:
+    import h5py
+
+    out.write_bytes(seed.data)
+    with h5py.File(out, "r+", locking=False) as h:
+        del h[path].attrs[name]
+        digests = element_digests(h)
+    restamp(out, "elements", digests)
+    return Mutant(seed.name, f"enumerated: {label}", "elements", forged=True)
+
+
+ENUMERATIONS: dict[str, Callable[[Seed], Iterator[Item]]] = {
+    "row-drops": row_drops,
+    "attribute-deletions": attribute_deletions,
+}

@@ -19,6 +19,8 @@ from kbpack.pack import format as F
 
 ALLOWED_FILTERS = {1, 2, 3}  # H5Z_FILTER_DEFLATE, SHUFFLE, FLETCHER32
 FLETCHER32 = 3
+SHUFFLE = 2
+DEFLATE = 1
 _KIND_OF = {"str": "O", "i1": "i", "i4": "i", "i8": "i", "u1": "u", "f2": "f", "f8": "f"}
 
 
@@ -133,6 +135,42 @@ def _check_attrs(oid: Any, path: str) -> list[Finding]:
     return out
 
 
+def _check_pipeline(
+    path: str, filters: list[Any], itemsize: int, format_version: int
+) -> list[Finding]:
+    """The filter pipeline in the object header, where neither Fletcher-32 (it checks the
+    chunks) nor an element digest (a query reads parts) reaches. One flipped bit there made
+    shuffle's element size 4100 instead of 4 (bench/fuzz.py, packs 41:3070): HDF5 then skips
+    the unshuffle, the checksum of the compressed bytes still passes, and a query ranked
+    by tf values of 0x01010101 without a word. Shuffle's element size must be the dtype's
+    (HDF5 always writes it so), and from format 2 the pipeline must be the spec's (§1.1)."""
+    from kbpack.pack.storage import compressed
+
+    out = []
+    for code, _flags, params, _name in filters:
+        if code == SHUFFLE and tuple(params) != (itemsize,):
+            out.append(
+                Finding(
+                    "filter-pipeline",
+                    path,
+                    f"shuffle's element size {tuple(params)} is not the dtype's {itemsize} "
+                    "bytes: HDF5 would return the bytes unshuffled",
+                )
+            )
+    if format_version >= F.FIRST_CHECKSUMMED_FORMAT and path in F.ELEMENT_BY_PATH:
+        codes = [f[0] for f in filters]
+        want = [SHUFFLE, DEFLATE, FLETCHER32] if compressed(path) else [FLETCHER32]
+        if F.ELEMENT_BY_PATH[path].dtype != "str" and codes != want and FLETCHER32 in codes:
+            out.append(
+                Finding(
+                    "filter-pipeline",
+                    path,
+                    f"filters {codes}: format {format_version} stores it with {want} (spec §1.1)",
+                )
+            )
+    return out
+
+
 def _check_dataset(
     did: Any, el: F.Element, counts: dict[str, int], file_size: int, format_version: int
 ) -> list[Finding]:
@@ -163,10 +201,12 @@ def _check_dataset(
             *out,
             Finding("external-storage", path, "raw data stored in another file is refused"),
         ]
-    codes = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+    codes = [f[0] for f in filters]
     for code in codes:
         if code not in ALLOWED_FILTERS:
             out.append(Finding("filter-not-allowed", path, f"HDF5 filter {code}"))
+    out.extend(_check_pipeline(path, filters, dt.itemsize, format_version))
     checked = format_version >= F.FIRST_CHECKSUMMED_FORMAT and el.dtype != "str"
     if checked and FLETCHER32 not in codes:
         out.append(

@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "external-storage": "raw data stored in another file",
     "filter-not-allowed": "a filter other than deflate, shuffle, fletcher32",
     "checksum-missing": "a numeric dataset of format 2 or later without the Fletcher-32 filter",
+    "filter-pipeline": "filters out of the spec's order, or a shuffle HDF5 would misapply",
     "count-mismatch": "a row count differs from the manifest's counts",
     "size-out-of-range": "a dataset declares more bytes than the file can hold",
     "hdf5-unreadable": "HDF5 cannot open or walk the file",
