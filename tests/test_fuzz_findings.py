@@ -406,3 +406,79 @@ def test_a_shuffle_element_size_that_is_not_the_dtype_is_refused(tmp_path: Path)
         assert r.stderr.count("\n") == 1 and f"filter-pipeline {F.BM25_TF}: shuffle" in r.stderr
     r = kbpack("verify", str(pack), cache=tmp_path / "c")
     assert r.returncode == 1 and f"filter-pipeline {F.BM25_TF}" in r.stdout
+
+
+@pytest.mark.parametrize(("byte", "value"), [(1, 0x09), (10, 0x10)], ids=["big-endian", "16-bit"])
+def test_a_datatype_whose_bit_layout_is_not_the_spec_is_refused(
+    tmp_path: Path, byte: int, value: int
+) -> None:
+    """The class of 41:3070, found by looking for its siblings: one flipped bit in /bm25/tf's
+    datatype message (its byte order, or its precision 32 -> 16 bits) kept the dtype's kind
+    and size, so the allowlist let it through; HDF5 then converted every value (tf 1 read as
+    16777216) and query answered with exit 0. The file type must be the spec's little-endian
+    type exactly."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.BM25_TF].id).addr
+    data = bytearray(pack.read_bytes())
+    # version 1, class fixed-point, signed; 4 bytes; bit offset 0, precision 32
+    at = data.find(b"\x10\x08\x00\x00\x04\x00\x00\x00\x00\x00\x20\x00", where)
+    assert 0 <= at - where < 1024, "the datatype message is not in this object's header"
+    data[at + byte] = value
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf", cache=tmp_path / "c")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1 and f"wrong-dtype {F.BM25_TF}: " in r.stderr
+
+
+def test_a_chunk_missing_from_its_chunk_index_is_refused(tmp_path: Path) -> None:
+    """Also a sibling of 41:3070: the chunk index (no checksum in format 2's version-1 layout)
+    keys each chunk by its first row; one flipped bit there moved /bm25/tf's only chunk from
+    row 0 to row 642, HDF5 returned the fill value (zeros) for rows 0-641, and query was
+    refused only because HDF5 reports an uninitialised filter mask for a missing chunk. A
+    chunk missing from the index is now damage in its own words."""
+    import struct
+
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        info = h[F.BM25_TF].id.get_chunk_info(0)
+        rows = h[F.BM25_TF].shape[0]
+    data = bytearray(pack.read_bytes())
+    # the index entry: size u32, filter mask u32, first row u64, 0 u64, then the address
+    address = struct.pack("<Q", info.byte_offset - F.USERBLOCK_SIZE)
+    at = data.find(struct.pack("<II", info.size, 0) + bytes(16) + address)
+    assert at > 0 and data.count(address) == 1
+    data[at + 8 : at + 16] = struct.pack("<Q", rows)
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1
+    assert f"{F.BM25_TF} is damaged (chunk at row 0 is missing from its chunk index)" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [(F.CHUNKS, "kbpack:kind"), (F.BM25_TF, "description"), ("/", "kbpack:version")],
+)
+def test_a_required_attribute_deleted_is_a_verify_finding(
+    tmp_path: Path, path: str, name: str
+) -> None:
+    """bench/fuzz.py --enumerate attribute-deletions: with the digests restamped, verify passed
+    golden-pack copies missing an element's kbpack:kind, kbpack:version or description, which
+    spec §3 requires of every group and dataset (readers do without them)."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        del h[path].attrs[name]
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1, r.stdout
+    assert f"attribute-missing {path}: {name}: required (spec §3)" in r.stdout

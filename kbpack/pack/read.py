@@ -127,6 +127,16 @@ class CheckedDataset:
                 continue
             with hdf5_errors(self._where, self.element):
                 info = self._ds.id.get_chunk_info_by_coord((c * rows, *tail))
+            if info.byte_offset is None:
+                # not in the chunk index: HDF5 would return the fill value (zeros) for its
+                # rows without a word. A writer of packs writes every chunk, so a chunk index
+                # key damaged (one flipped bit moved chunk 0 to row 642) is damage; the mask
+                # HDF5 reports for a missing chunk is not even initialised
+                raise DamagedDataError(
+                    self._where,
+                    self.element,
+                    f"chunk at row {c * rows} is missing from its chunk index",
+                )
             if info.filter_mask:
                 raise DamagedDataError(
                     self._where,

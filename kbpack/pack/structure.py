@@ -135,6 +135,20 @@ def _check_attrs(oid: Any, path: str) -> list[Finding]:
     return out
 
 
+def _file_type(dtype: str) -> Any:
+    """The HDF5 file type a pack stores for the spec's numeric ``dtype``."""
+    from h5py import h5t
+
+    return {
+        "i1": h5t.STD_I8LE,
+        "i4": h5t.STD_I32LE,
+        "i8": h5t.STD_I64LE,
+        "u1": h5t.STD_U8LE,
+        "f2": h5t.IEEE_F16LE,
+        "f8": h5t.IEEE_F64LE,
+    }[dtype]
+
+
 def _check_pipeline(
     path: str, filters: list[Any], itemsize: int, format_version: int
 ) -> list[Finding]:
@@ -189,6 +203,18 @@ def _check_dataset(
             out.append(Finding("wrong-dtype", path, f"{dt}: must be variable-length UTF-8 strings"))
     elif dt.kind != want or dt.itemsize != np.dtype(el.dtype).itemsize:
         out.append(Finding("wrong-dtype", path, f"{dt}: must be {el.dtype}"))
+    elif not did.get_type().equal(_file_type(el.dtype)):
+        # kind and size agree, the bit layout does not: a flipped bit in the datatype message
+        # (byte order, precision, offset, float fields) makes HDF5 convert every value wrong,
+        # and Fletcher-32 (over the stored bytes) passes. Packs store little-endian only.
+        out.append(
+            Finding(
+                "wrong-dtype",
+                path,
+                f"{dt}: not the spec's little-endian {el.dtype} "
+                "(byte order, precision or bit layout differ)",
+            )
+        )
     shape = did.shape
     if len(shape) != el.ndim:
         out.append(Finding("wrong-shape", path, f"rank {len(shape)}, must be {el.ndim}"))
