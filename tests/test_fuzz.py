@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.fuzz.pack_enumerations import row_drops
+from kbpack.fuzz.pack_enumerations import attribute_deletions, row_drops
 from kbpack.fuzz.pack_target import PackCommands
 from kbpack.fuzz.runner import PackFuzzer
 from kbpack.fuzz.seeds import build_seed_packs
@@ -83,6 +83,24 @@ def test_enumerated_row_drops_reach_the_readers_and_have_no_findings(fuzzer: Pac
         exits.append({r.name: r.exit_code for r in runs})
     assert all(e["verify"] == 1 for e in exits)  # each breaks a cross-element rule verify checks
     assert any(e["inspect"] == 0 for e in exits)  # they got past the allowlist
+
+
+def test_enumerated_root_attribute_deletions_have_no_findings(fuzzer: PackFuzzer) -> None:
+    """Each root attribute of the golden pack deleted, digests restamped (bench/fuzz.py
+    --enumerate attribute-deletions runs every object's); verify names the required ones."""
+    golden = next(s for s in fuzzer.seeds if s.seed.name == GOLDEN.name)
+    items = [
+        (i, label, w)
+        for i, (label, w) in enumerate(attribute_deletions(golden.seed))
+        if label.startswith("attribute /@")
+    ]
+    assert len(items) >= 5
+    for i, label, write in items:
+        mutant, found, runs = fuzzer.judged(golden, write, 0, i)
+        assert [f.line() for f in found] == [], mutant.describe()
+        verify = next(r for r in runs if r.name == "verify")
+        if any(f"@{name} " in label for name in ("kbpack:kind", "kbpack:version", "description")):
+            assert verify.exit_code == 1 and "attribute-missing" in verify.stdout, label
 
 
 def children_of(pid: int) -> list[int]:
