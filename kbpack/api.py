@@ -142,13 +142,20 @@ def start_embedder(
 ) -> tuple[ModelLoad | None, list[str]]:
     """``resolve_embedder`` with the load in a worker thread (``kbpack.model_load``): the
     model is chosen here, llama.cpp loads it while the caller goes on."""
+    from kbpack import early_model
+
     choice, notes = resolve_model(reader, model)
     if choice is None:
+        early_model.settle()  # a head start for nothing (kbpack/early_model.py)
         return None, notes
+    path, prefixes = choice
+    early = early_model.claim(path, threads)  # the same load, started before the CLI
+    if early is not None:
+        early.use_prefixes(prefixes)
+        return early, []
     from kbpack.embed import Embedder
     from kbpack.model_load import ModelLoad
 
-    path, prefixes = choice
     return ModelLoad(lambda: Embedder(path, prefixes=prefixes, threads=threads)), []
 
 

@@ -10,10 +10,12 @@ llama.cpp sees it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import sys
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -283,23 +285,69 @@ def _load(path: Path, n_ctx: int, threads: int) -> Any:
             "or build with --no-vectors"
         ) from e
     _silence(llama_cpp)
-    _llama_errors.clear()
     load_cpu_backend(llama_cpp)  # a runtime-dispatch build has none until asked
+    with contextlib.suppress(ValueError, RuntimeError, OSError), _log_discarded(llama_cpp):
+        return _llama(llama_cpp, path, n_ctx, threads)
+    # It failed: load again with the log recorded, for llama.cpp's own lines saying why (a
+    # failed load is quick, and rare: identify_gguf has checked the header already).
+    _llama_errors.clear()
     try:
-        return llama_cpp.Llama(
-            model_path=str(path),
-            embedding=True,
-            n_ctx=n_ctx,
-            n_batch=n_ctx,
-            n_ubatch=n_ctx,  # non-causal models need a whole batch in one ubatch
-            n_threads=threads,
-            n_threads_batch=threads,
-            flash_attn=FLASH_ATTENTION,
-            verbose=False,
-        )
+        return _llama(llama_cpp, path, n_ctx, threads)
     except (ValueError, RuntimeError, OSError) as e:
         # llama.cpp's own error lines say why; the Python exception only repeats the path.
         raise ModelError(f"{path}: llama.cpp cannot load the model ({_last_error() or e})") from e
+
+
+def _llama(llama_cpp: Any, path: Path, n_ctx: int, threads: int) -> Any:
+    return llama_cpp.Llama(
+        model_path=str(path),
+        embedding=True,
+        n_ctx=n_ctx,
+        n_batch=n_ctx,
+        n_ubatch=n_ctx,  # non-causal models need a whole batch in one ubatch
+        n_threads=threads,
+        n_threads_batch=threads,
+        flash_attn=FLASH_ATTENTION,
+        verbose=False,
+    )
+
+
+@contextlib.contextmanager
+def _log_discarded(llama_cpp: Any) -> Iterator[None]:
+    """llama.cpp's log goes nowhere, without Python, while a model loads.
+
+    A model load logs ~420 lines (the default model: 273 debug, 118 info, 33 continued), and
+    a Python log callback takes the GIL for each. With the load in a worker thread while the
+    main thread runs Python (kbpack/model_load.py, kbpack/early_model.py), every line waited
+    for the main thread to let go of the GIL (up to 5 ms, ``sys.getswitchinterval``), and the
+    load finished only when the main thread's imports did. The callback here is a C function
+    of libllama that reads nothing and does nothing (``llama_supports_mmap``: ``bool (void)``);
+    called with the callback's three arguments, it ignores them, as every C calling
+    convention llama.cpp runs on (x86-64 SysV and Windows, AArch64) lets a callee do. If the
+    library lacks it, the recording callback stays."""
+    noop = _noop_log_callback(llama_cpp)
+    if noop is None:
+        yield
+        return
+    llama_cpp.llama_log_set(noop, ctypes.c_void_p(0))
+    try:
+        yield
+    finally:
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+_noop_callback: Any = None  # kept referenced, like _log_callback
+
+
+def _noop_log_callback(llama_cpp: Any) -> Any | None:
+    global _noop_callback
+    if _noop_callback is None:
+        try:
+            address = ctypes.cast(llama_cpp.llama_cpp._lib.llama_supports_mmap, ctypes.c_void_p)
+        except AttributeError:
+            return None
+        _noop_callback = llama_cpp.llama_log_callback(address.value)
+    return _noop_callback
 
 
 def _check_special_tokens(path: Path, llm: Any) -> None:
@@ -337,6 +385,36 @@ def _silence(llama_cpp: Any) -> None:
 
     _log_callback = callback
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    _keep_stdio(llama_cpp)
+
+
+class _StdioKept:
+    """Stands in for llama-cpp-python's ``suppress_stdout_stderr``, and suppresses nothing."""
+
+    def __init__(self, disable: bool = True) -> None:
+        pass
+
+    def __enter__(self) -> _StdioKept:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _keep_stdio(llama_cpp: Any) -> None:
+    """Keep llama-cpp-python from silencing the process's stdout and stderr during a load.
+
+    With ``verbose=False`` it points file descriptors 1 and 2 at /dev/null and swaps
+    ``sys.stdout`` and ``sys.stderr`` for the whole process while llama.cpp loads the model,
+    then puts back what it saw at the start. kbpack loads in a worker thread while the main
+    thread goes on (kbpack/model_load.py, kbpack/early_model.py): a line the main thread wrote
+    in that window went to /dev/null, and a stream it set meanwhile was replaced by a stale
+    one (tests/test_early_model.py found it: a query's JSON lost under click's test runner).
+    llama.cpp's log already comes to ``_silence``'s callback, so nothing is left to hide."""
+    for name in ("llama_cpp.llama", "llama_cpp._internals"):
+        module: Any = sys.modules.get(name)
+        if module is not None and hasattr(module, "suppress_stdout_stderr"):
+            module.suppress_stdout_stderr = _StdioKept
 
 
 def _last_error() -> str:

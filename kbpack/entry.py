@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
 
@@ -30,6 +31,14 @@ def answer_signals_early() -> None:
 def main() -> None:
     """The console script ``kbpack`` and ``python -m kbpack``."""
     answer_signals_early()
-    from kbpack.cli import main as cli_main  # installs its own handlers first thing
+    from kbpack import early_model
 
-    cli_main()
+    args = sys.argv[1:]
+    if args[:1] == ["query"]:
+        early_model.start(args[1:])  # the model loads while click and the pack open
+    try:
+        from kbpack.cli import main as cli_main  # installs its own handlers first thing
+
+        cli_main()
+    finally:
+        early_model.settle()  # an early load nobody claimed ends before the process does

@@ -35,6 +35,8 @@ K1 = 1.2
 B = 0.75
 MAX_TOKEN_CHARS = 64
 _STRIDE = 32  # TermLookup: one sampled term per 32
+# Lookups answered by a plain binary search before the sampled index is made (TermLookup).
+_PLAIN_LOOKUPS = 48
 # A term held in at least 1/DENSE_SHARE of the chunks (and never more than MAX_DENSE_TF times in
 # one) is also stored as a dense tf row (spec §3.7.1): at 100k chunks 97 terms, 9.7 MB, and
 # ~90% of a question's postings (bench/RESULTS.md, "First query of a process").
@@ -310,10 +312,18 @@ class TermLookup:
         self.blob = np.asarray(blob, dtype=np.uint8)
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self._bytes = self.blob.tobytes()
-        # Every 32nd term as bytes: bisect (in C) picks the bucket, then <= 5 probes inside it.
-        starts = self.offsets[:-1:_STRIDE].tolist()
-        ends = self.offsets[1::_STRIDE].tolist()
-        self._sample = [self._bytes[a:b] for a, b in zip(starts, ends, strict=True)]
+        self._sample: list[bytes] | None = None  # made on the _PLAIN_LOOKUPS-th lookup
+        self._lookups = 0
+
+    def _sampled(self) -> list[bytes]:
+        """Every 32nd term as bytes: bisect (in C) picks the bucket, then <= 5 probes inside it.
+        Making it costs ~0.5 ms at 60k terms, ~50 plain binary searches: a query of one
+        process looks up ~15 terms, a batch or the spelling suggestions thousands."""
+        if self._sample is None:
+            starts = self.offsets[:-1:_STRIDE].tolist()
+            ends = self.offsets[1::_STRIDE].tolist()
+            self._sample = [self._bytes[a:b] for a, b in zip(starts, ends, strict=True)]
+        return self._sample
 
     @classmethod
     def from_terms(cls, terms: Sequence[str]) -> TermLookup:
@@ -340,7 +350,10 @@ class TermLookup:
         """The first row whose term is >= ``key`` (UTF-8 bytes); ``len(self)`` if none is.
         Terms starting with a prefix ``p`` are the rows ``lower_bound(p)`` up to the
         ``lower_bound`` of ``p`` with its last byte incremented."""
-        k = bisect.bisect_left(self._sample, key) - 1
+        self._lookups += 1
+        if self._sample is None and self._lookups <= _PLAIN_LOOKUPS:
+            return self._plain_lower_bound(key)
+        k = bisect.bisect_left(self._sampled(), key) - 1
         if k < 0:
             return 0
         first = k * _STRIDE
@@ -354,6 +367,18 @@ class TermLookup:
             else:
                 hi = mid
         return first + lo
+
+    def _plain_lower_bound(self, key: bytes) -> int:
+        """``lower_bound`` by a binary search over every term (~10 us at 60k terms)."""
+        off, data = self.offsets, self._bytes
+        lo, hi = 0, len(self)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if data[int(off[mid]) : int(off[mid + 1])] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def find(self, term: str) -> int | None:
         """Row of ``term`` (already tokenized), or None when no chunk contains it."""

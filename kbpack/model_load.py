@@ -42,6 +42,7 @@ class ModelLoad:
         self._want: str | None = None  # a text to embed as soon as the model is ready
         self._vectors: dict[str, np.ndarray] = {}
         self._embedder: Any | None = None
+        self._prefixes: Any | None = None  # set by use_prefixes, applied in result()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kbpack-model-load", daemon=True)
         self._thread.start()
@@ -75,11 +76,24 @@ class ModelLoad:
         """Whether the load (or the embedding handed to it) is still running."""
         return self._thread.is_alive()
 
+    def use_prefixes(self, prefixes: Any) -> None:
+        """Give the embedder these ``Prefixes`` (the pack's), as ``Embedder(prefixes=...)``
+        would have: for a load started before the pack was read (``kbpack.early_model``).
+        They are set last in ``Embedder.__init__`` and nothing in the load reads them."""
+        self._prefixes = prefixes
+
     def result(self) -> Any:
         """The loaded embedder, once the load is done; the load's exception, raised here."""
         self._thread.join()
         if self._error is not None:
             raise self._error
+        if self._prefixes is not None and self._embedder is not None:
+            self._embedder.prefixes = self._prefixes
+        return self._embedder
+
+    def embedder_if_loaded(self) -> Any | None:
+        """The embedder once the load is done, or None if it failed (its error dropped)."""
+        self._thread.join()
         return self._embedder
 
     def wait(self) -> None:

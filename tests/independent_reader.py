@@ -55,7 +55,8 @@ def check_bytes(path: str, manifest: dict[str, Any]) -> bool:
 
 def storage_violations(path: str, format_version: int) -> list[str]:
     """Spec §1.1 (format 2 on): numeric datasets chunked with Fletcher-32, integer and byte
-    ones also shuffled and deflated (not the vectors, not the GGUF), strings unfiltered."""
+    ones also shuffled and deflated (not the vectors, not the GGUF, not the dense tf rows; the
+    four BM25 columns read whole either way), strings unfiltered."""
     if format_version < 2:
         return []
     bad: list[str] = []
@@ -71,6 +72,8 @@ def storage_violations(path: str, format_version: int) -> list[str]:
         packed = path not in ("/vectors/data", "/pieces/data", "/model/gguf", "/bm25/dense_tf")
         if not obj.fletcher32:
             bad.append(f"{path}: no fletcher32")
+        if path in ("/bm25/terms_blob", "/bm25/terms_offsets", "/bm25/indptr", "/bm25/doc_len"):
+            packed = obj.compression == "gzip"  # either, but shuffle + deflate together
         if (obj.compression == "gzip") != packed or obj.shuffle != packed:
             bad.append(f"{path}: compression {obj.compression}, shuffle {obj.shuffle}")
 

@@ -303,3 +303,37 @@ def test_read_spans_returns_each_span_in_the_order_asked(tmp_path: Path) -> None
         got = CheckedDataset(f["d"], "d.h5", "/d").read_spans(spans)
         assert [g.tolist() for g in got] == [data[a:b].tolist() for a, b in spans]
         assert CheckedDataset(f["d"], "d.h5", "/d").read_spans([]) == []
+
+
+def test_both_storage_layouts_of_the_read_whole_columns_answer_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spec §1.1: the vocabulary, indptr and doc_len may be stored deflated (packs written
+    before issue 19's cold-path work) or plain (kbpack's writer now). The same documents
+    written both ways give the same ids and scores, bit for bit, on the first and baked paths."""
+    from packs import ITALIAN, SAMPLE, markdown_doc, write_pack
+
+    from kbpack.pack import format as F
+    from kbpack.pack import storage
+    from kbpack.pack.read import PackReader
+    from kbpack.search import Searcher
+
+    read_whole = (F.BM25_TERMS_BLOB, F.BM25_TERMS_OFFSETS, F.BM25_INDPTR, F.BM25_DOC_LEN)
+    docs = [markdown_doc(f"d{i}.md", (SAMPLE, ITALIAN)[i % 2] * (1 + i % 3)) for i in range(12)]
+    plain, deflated = tmp_path / "plain.kbpack", tmp_path / "deflated.kbpack"
+    write_pack(plain, docs)
+    monkeypatch.setattr(storage, "UNCOMPRESSED", storage.UNCOMPRESSED - set(read_whole))
+    write_pack(deflated, docs)
+    for path, want in ((plain, None), (deflated, "gzip")):
+        with h5py.File(path, "r") as h:
+            assert [h[p].compression for p in read_whole] == [want] * 4
+            assert all(h[p].fletcher32 for p in read_whole)
+    queries = ["rotating logs handler", "the of and", "perché llama.cpp", "0x80070005", "none"]
+    with PackReader(plain) as a, PackReader(deflated) as b:
+        for q in queries:
+            assert_same(Searcher(a, None)._bm25(q, None), Searcher(b, None)._bm25(q, None))
+        baked = Searcher(b, None)
+        baked._bm25("warm", None)
+        for q in queries:
+            assert_same(baked._bm25(q, None), Searcher(a, None)._bm25(q, None))
+        assert len(Searcher(a, None)._bm25("rotating logs", None)[0]) > 0

@@ -252,6 +252,25 @@ def test_term_lookup_finds_terms_and_rejects_disorder() -> None:
     assert bad.problems() == ["term 1 is not greater than term 0"]
 
 
+def test_term_lookup_lower_bound_is_the_same_before_and_after_sampling() -> None:
+    """A lookup answers its first lookups by a plain binary search (one query of a process)
+    and later ones through the sampled index (batches, spelling): the same rows either way,
+    for terms, near misses and keys outside the vocabulary."""
+    import bisect
+
+    many = sorted({f"{w}{i}" for w in ("a", "b", "é", "z_", "東") for i in range(200)})
+    encoded = [t.encode("utf-8") for t in many]
+    keys = [b"", b"0", b"~", "\uffff".encode()] + [e + b"!" for e in encoded[::3]]
+    keys += [e[:-1] for e in encoded[::5]] + encoded[::2]
+    want = [bisect.bisect_left(encoded, k) for k in keys]
+    fresh = TermLookup.from_terms(many)
+    assert [fresh.lower_bound(k) for k in keys] == want  # the first 48 plain, then sampled
+    assert fresh._sample is not None
+    for k, w in zip(keys, want, strict=True):
+        plain = TermLookup.from_terms(many)
+        assert plain.lower_bound(k) == w and plain._sample is None
+
+
 def test_scores_read_from_hdf5_datasets_equal_in_memory(tmp_path: Path) -> None:
     texts = ["alpha beta gamma", "beta beta", "gamma check_same_thread", "", "alpha"]
     lookup, p = index(texts)

@@ -42,12 +42,7 @@ def default_model_path() -> Path:
     """The default model's GGUF in the cache (F16), converted from the package weights on
     first use. Missing weights -> ModelError with the exact pip command."""
     folder = default_weights_dir()
-    weights = folder / "model.safetensors"
-    stat = weights.stat()
-    digest = _weights_sha256(str(weights), stat.st_size, stat.st_mtime_ns)
-    out = (
-        cache_dir() / "models" / f"{DEFAULT_MODEL_NAME}-{digest[:16]}-f16-c{CONVERTER_VERSION}.gguf"
-    )
+    out = _converted_path(folder)
     if not out.is_file():
         try:
             convert_bert(folder, out, name=DEFAULT_MODEL_NAME)
@@ -57,6 +52,26 @@ def default_model_path() -> Path:
                 "set KBPACK_CACHE_DIR to a writable folder"
             ) from e
     return out
+
+
+def converted_default_model() -> Path | None:
+    """The default model's GGUF if it is already converted in the cache, else None (nothing
+    converted, nothing raised): for ``kbpack.early_model``'s head start, which must not
+    convert or fail where the query itself would not."""
+    try:
+        out = _converted_path(default_weights_dir())
+    except (ModelError, OSError):
+        return None
+    return out if out.is_file() else None
+
+
+def _converted_path(folder: Path) -> Path:
+    """Where the GGUF converted from the weights in ``folder`` lives in the cache."""
+    weights = folder / "model.safetensors"
+    stat = weights.stat()
+    digest = _weights_sha256(str(weights), stat.st_size, stat.st_mtime_ns)
+    name = f"{DEFAULT_MODEL_NAME}-{digest[:16]}-f16-c{CONVERTER_VERSION}.gguf"
+    return cache_dir() / "models" / name
 
 
 @lru_cache(maxsize=4)

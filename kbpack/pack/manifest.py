@@ -100,7 +100,9 @@ def parse_header(block: bytes, where: str) -> Header:
             raise PackError(f"{where}: signature record is not JSON: the header is damaged") from e
         if not isinstance(signature, dict):
             raise PackError(f"{where}: signature record is not a JSON object")
-    padding_clean = not any(block[s_at + s_len :])
+    padding = bytes(block[s_at + s_len :])
+    # one memcmp with zeros: any() over ~60 KB of padding was 0.5 ms of every open
+    padding_clean = padding == bytes(len(padding))
     return Header(manifest, manifest_bytes, signature, padding_clean)
 
 

@@ -164,6 +164,14 @@ def remember_parsed(path: Path, header: Header | None = None, seen: str = "") ->
             _remember(key)
 
 
+def is_remembered(path: Path, header: Header) -> bool:
+    """Whether this state of ``path`` is remembered as parsed (the next open forks no child)."""
+    try:
+        return _memo(memo_key(path, header)).exists()
+    except OSError:
+        return False
+
+
 def check_parses(path: Path, header: Header, file_size: int) -> bool:
     """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
     docstring); return at once for a pack already checked on this machine.

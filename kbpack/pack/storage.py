@@ -11,7 +11,10 @@ One helper, ``create_dataset``, is used by every writer so that no dataset escap
   nothing and costs a decompression on every dense scan), the embedded GGUF (already dense
   float16 weights) and the common terms' dense tf rows (``/bm25/dense_tf``: a query reads a
   whole row per common term, and inflating it cost ~20x the plain read, bench/RESULTS.md) are
-  only checksummed;
+  only checksummed; so are the four BM25 columns every query reads whole before its postings
+  (the vocabulary's ``terms_blob`` and ``terms_offsets``, ``indptr``, ``doc_len``): inflating
+  them was a quarter of a process's first BM25 query at 100k chunks (~5 of ~19 ms CPU), for
+  ~1% of the pack's size (spec §1.1 lets them be either: packs written before are deflated);
 * the first dimension is unlimited, because HDF5 cannot chunk a fixed zero-length dimension and
   packs do have empty columns (no pages, no failed documents).
 
@@ -31,12 +34,29 @@ from kbpack.pack import format as F
 
 CHUNK_BYTES = 64 * 1024  # per HDF5 chunk: one term's postings or one vector row read decompresses
 #   at most this much, and the B-tree stays small (1M float16 vectors of 384 dims: 12k chunks)
+# The postings (chunk ids, tf): a process's first query reads each rare term's slice, and HDF5
+# inflates the whole chunk holding it; 4,096 rows instead of 16,384. Cold query (fresh reader,
+# synthetic packs, 40 questions x 3, interleaved, 2026-12-02, load ~3.9): 7.87 -> 6.01 ms at
+# 10k chunks, 18.8 -> 18.4 at 100k (8 KiB: 5.82 / 19.8, the chunk index grows); +0.4% pack size.
+POSTINGS_CHUNK_BYTES = 16 * 1024
 VECTOR_CHUNK_BYTES = 256 * 1024  # vectors are scanned whole; larger chunks cost less per byte
 DEFLATE_LEVEL = 4  # postings + offsets of 100k chunks (68.6 MB raw): 11.9 MB at level 1, 11.2 at
 #   4, 10.95 at 9, which took 6x level 4's time to write
 
 # Elements stored checksummed but not compressed (see the module docstring for why).
-UNCOMPRESSED = frozenset({F.VEC_DATA, F.PIECE_DATA, F.MODEL_GGUF, F.BM25_DENSE_TF})
+UNCOMPRESSED = frozenset(
+    {
+        F.VEC_DATA,
+        F.PIECE_DATA,
+        F.MODEL_GGUF,
+        F.BM25_DENSE_TF,
+        # read whole by every query (spec §1.1: MAY be compressed; kbpack writes them plain)
+        F.BM25_TERMS_BLOB,
+        F.BM25_TERMS_OFFSETS,
+        F.BM25_INDPTR,
+        F.BM25_DOC_LEN,
+    }
+)
 
 
 def checksummed(path: str) -> bool:
@@ -53,6 +73,8 @@ def chunk_shape(path: str, shape: tuple[int, ...], itemsize: int) -> tuple[int, 
     """Chunk dimensions for a dataset of ``shape``: whole rows, about ``CHUNK_BYTES`` each."""
     row_bytes = max(1, itemsize * int(np.prod(shape[1:], dtype=np.int64)))
     target = VECTOR_CHUNK_BYTES if path in (F.VEC_DATA, F.PIECE_DATA) else CHUNK_BYTES
+    if path in (F.BM25_CHUNK, F.BM25_TF):
+        target = POSTINGS_CHUNK_BYTES
     rows = max(1, target // row_bytes)
     if shape[0]:
         rows = min(rows, shape[0])  # a small column is one chunk, not a mostly empty one
@@ -113,6 +135,7 @@ def data_spans(ds: Any) -> list[tuple[int, int]]:
 __all__ = [
     "CHUNK_BYTES",
     "DEFLATE_LEVEL",
+    "POSTINGS_CHUNK_BYTES",
     "checksummed",
     "chunk_shape",
     "compressed",
