@@ -397,11 +397,32 @@ class Searcher:
     def _scores(self, q: np.ndarray) -> DenseScores:
         """(dense score, cosine) of the unit query vector for every chunk of this pack, from one
         float16 pass over the vectors (exact where ``DenseScores`` says)."""
-        return rounded_chunk_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces())
+        return rounded_chunk_scores(self._vectors(q), q, self._pieces())
 
     def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``_scores`` of the chunks ``ids`` from vectors read through HDF5's checksum."""
-        return checked_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces(), ids)
+        return checked_scores(self._vectors(q), q, self._pieces(), ids)
+
+    def _vectors(self, q: np.ndarray) -> Any:
+        """``/vectors/data`` as stored, its rows as wide as the query vector (and the pieces'
+        as wide as the chunks'). The width is in the dataset's dataspace, in the object
+        header, where no checksum reaches: one flipped bit made it 385 and the scan raised
+        "Vector dimensions don't match" (a header bit-flip sweep of the golden pack)."""
+        stored = self.r.stored_rows(F.VEC_DATA)
+        width = stored.shape[1] if len(stored.shape) == 2 else -1
+        if width != q.shape[-1]:
+            raise DamagedDataError(
+                self.r.where,
+                F.VEC_DATA,
+                f"rows of {width} numbers, the query model embeds {q.shape[-1]}",
+            )
+        if self.use_pieces and self.r.has_pieces:
+            pieces = self.r.stored_rows(F.PIECE_DATA)
+            if len(pieces.shape) != 2 or pieces.shape[1] != width:
+                raise DamagedDataError(
+                    self.r.where, F.PIECE_DATA, f"rows not {width} numbers wide, as the chunks' are"
+                )
+        return stored
 
     def _check_dense(self, query: str, ids: list[int]) -> None:
         """Re-score the chunks a search returns from checksummed reads and refuse the pack when

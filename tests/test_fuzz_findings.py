@@ -482,3 +482,74 @@ def test_a_required_attribute_deleted_is_a_verify_finding(
     r = kbpack("verify", str(pack), cache=tmp_path / "c")
     assert r.returncode == 1, r.stdout
     assert f"attribute-missing {path}: {name}: required (spec §3)" in r.stdout
+
+
+def test_a_chunk_index_with_phantom_entries_is_refused(tmp_path: Path) -> None:
+    """Found by flipping each bit of /bm25/tf's object header and B-tree node in turn (41:3070's
+    class): a flipped bit in the node's entry count (1 -> 3) gave the chunk index phantom
+    entries of size 0, and HDF5 read zeros for every row of /bm25/tf with no error; query bm25
+    answered exit 0 from them. The allowlist now requires one index entry per chunk of rows."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.BM25_TF].id).addr
+        assert h[F.BM25_TF].id.get_num_chunks() == 1
+    data = bytearray(pack.read_bytes())
+    # a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry
+    at = data.find(b"TREE\x01\x00\x01\x00", where)
+    assert 0 <= at - where < 1024, "the chunk index node is not near this object's header"
+    data[at + 6] = 3  # entries used
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert (
+        r.stderr.count("\n") == 1 and f"chunk-index {F.BM25_TF}: its chunk index holds" in r.stderr
+    )
+
+
+def test_vectors_narrower_than_the_query_vector_are_one_line(tmp_path: Path) -> None:
+    """A header bit-flip sweep of /vectors/data (14:40 UTC): one flipped bit in its dataspace
+    made the rows 128 numbers wide instead of 384, and hybrid query died with an internal
+    error (simsimd's 'Vector dimensions don't match'). The width is checked against the
+    query vector's, naming the element."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.VEC_DATA].id).addr
+        n, dims = h[F.VEC_DATA].shape
+    data = bytearray(pack.read_bytes())
+    # the dataspace message: rank 2, then the current sizes (n, dims) as 8-byte integers
+    at = data.find(n.to_bytes(8, "little") + dims.to_bytes(8, "little"), where)
+    assert 0 <= at - where < 256, "the dataspace is not in this object's header"
+    data[at + 8 : at + 16] = (dims - 256).to_bytes(8, "little")
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--threads", "1", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1
+    assert f"{F.VEC_DATA} is damaged (rows of {dims - 256} numbers" in r.stderr
+
+
+@pytest.mark.parametrize("value", [[0], "0.5", float("nan")], ids=["array", "string", "nan"])
+def test_a_refusal_threshold_that_is_not_a_number_is_one_line(tmp_path: Path, value: Any) -> None:
+    """bench/fuzz.py packs 41:6029: /search@max_distance set to the array [0], digests
+    rewritten to match: float() raised TypeError in inspect and query, and verify passed."""
+    import h5py
+    import numpy as np
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h[F.SEARCH].attrs[F.SEARCH_MAX_DISTANCE] = (
+            np.array(value) if isinstance(value, list) else value
+        )
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    for args in (("inspect", str(pack)), ("query", str(pack), "--mode", "bm25", "--", "pypdf")):
+        r = kbpack(*args, cache=tmp_path / "c")
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and f"{F.SEARCH} is damaged" in r.stderr, r.stderr
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1 and f"attribute-invalid {F.SEARCH}: " in r.stdout
