@@ -18,8 +18,8 @@ depth), interleaved query by query with the order alternating:
   pays after its imports: header and manifest, the vocabulary, indptr and lengths read and
   digest-checked, then the postings. The pack's open memo (``kbpack/pack/preflight.py``) is
   as a user has it after building the pack on this machine or verifying a copy: remembered,
-  so no sandboxed pre-flight and no in-process structure check (printed as ``open memo``; a
-  pack never opened here pays the pre-flight once, on its first open);
+  so no sandboxed pre-flight and no in-process structure check (printed as ``open memo
+  clean``; a pack never opened here pays the pre-flight once, on its first open);
 * ``bm25s``: ``BM25.retrieve(k=100)`` on the index in memory (its warm query); like kbpack it
   starts from the user's text (tokenizing the query is timed for both);
 * ``bm25s load mmap`` / ``bm25s load``: bm25s's first query of a process -- its saved index
@@ -91,9 +91,12 @@ def measure(path: Path, texts: list[str], repeat: int) -> dict[str, Any]:
 def _measure(path: Path, texts: list[str], repeat: int, saved: Path) -> dict[str, Any]:
     import bm25s
 
-    from kbpack.pack.preflight import _memo, memo_key
+    from kbpack.pack.preflight import _recall, memo_key
 
-    memo = _memo(memo_key(path, read_header(path))).exists()  # before any open here
+    # before any open here: "clean" (no pre-flight, no structure check), "survived" (no
+    # pre-flight, the structure check in-process), "none" (the first open forks the pre-flight)
+    recalled = _recall(memo_key(path, read_header(path)))
+    memo = {True: "clean", False: "survived", None: "none"}[recalled]
     reader = PackReader(path)
     n = reader.counts["chunks"]
     t = time.perf_counter()

@@ -730,7 +730,14 @@ class Searcher:
     def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
         """Vocabulary terms close to ``word``: term -> (edit distance, chunks holding it)."""
         indptr = self.indptr()
-        return near_terms(word, self.lookup(), lambda row: int(indptr[row + 1] - indptr[row]))
+        try:
+            return near_terms(word, self.lookup(), lambda row: int(indptr[row + 1] - indptr[row]))
+        except UnicodeDecodeError as e:
+            # a vocabulary term that is not UTF-8, digests rewritten to match (bench/fuzz.py
+            # packs 41:10672: /bm25/terms_blob poked, UnicodeDecodeError in did-you-mean)
+            raise DamagedDataError(
+                self.r.where, F.BM25_TERMS_BLOB, f"a term is not valid UTF-8 ({e.reason})"
+            ) from e
 
     def _rerank(self, query: str, results: list[Result], top: int) -> list[Result]:
         """The first ``top`` results scored by the reranker and reordered by its score (ties
