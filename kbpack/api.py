@@ -145,6 +145,7 @@ def start_embedder(
     from kbpack import early_model
 
     choice, notes = resolve_model(reader, model)
+    early_model.remember_model(reader)  # for the next cold query's head start
     if choice is None:
         early_model.settle()  # a head start for nothing (kbpack/early_model.py)
         return None, notes

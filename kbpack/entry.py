@@ -34,11 +34,19 @@ def main() -> None:
     from kbpack import early_model
 
     args = sys.argv[1:]
-    if args[:1] == ["query"]:
+    query = args[:1] == ["query"]
+    if query:
         early_model.start(args[1:])  # the model loads while click and the pack open
     try:
         from kbpack.cli import main as cli_main  # installs its own handlers first thing
 
         cli_main()
-    finally:
+    except SystemExit as e:
         early_model.settle()  # an early load nobody claimed ends before the process does
+        if query:
+            from kbpack.fast_exit import exit_now
+
+            exit_now(e.code)  # no interpreter teardown (returns where one is needed)
+        raise
+    finally:
+        early_model.settle()

@@ -648,11 +648,13 @@ class Searcher:
                 for path in (F.CHUNK_DOCUMENT, F.CHUNK_SECTION, F.CHUNK_FROM, F.CHUNK_TO)
             ),
             lambda: r.column(F.CHUNK_PAGE),
-            lambda: r.strings(F.DOC_NAME),
-            lambda: r.strings(F.DOC_TITLE),
             lambda: r.column(F.SEC_PARENT),
-            lambda: r.strings(F.SEC_TITLE),
-            lambda: r.strings(F.DOC_TEXT_SHA256),
+            # a citation reads a name or title row by row where the pack has row digests
+            # (their columns are what to read ahead then), else the whole column
+            *(
+                (lambda path=path: r.strings_unless_row_digests(path))
+                for path in (F.DOC_NAME, F.DOC_TITLE, F.SEC_TITLE, F.DOC_TEXT_SHA256)
+            ),
             lambda: r.copy_groups() if self.use_copies else None,
         ]
         for step in steps:
@@ -683,18 +685,18 @@ class Searcher:
         """The citation of ``chunk`` as ``Result.locator`` says it for ``context``: the
         chunk's characters, or (``"section"``) its whole section's."""
         r = self.r
-        doc = int(r.column(F.CHUNK_DOCUMENT)[chunk])
+        doc = r.value(F.CHUNK_DOCUMENT, chunk)
         start, end = self._span(chunk, context)
-        page = int(r.column(F.CHUNK_PAGE)[chunk]) or None
-        return locator(r.strings(F.DOC_NAME)[doc], start, end, page)
+        page = r.value(F.CHUNK_PAGE, chunk) or None
+        return locator(r.string_at(F.DOC_NAME, doc), start, end, page)
 
     def _span(self, chunk: int, context: str) -> tuple[int, int]:
         """``[from, to)`` of ``chunk`` in its document's text, or of its section's."""
         r = self.r
         if context == "section":
-            sec = int(r.column(F.CHUNK_SECTION)[chunk])
-            return int(r.column(F.SEC_FROM)[sec]), int(r.column(F.SEC_TO)[sec])
-        return int(r.column(F.CHUNK_FROM)[chunk]), int(r.column(F.CHUNK_TO)[chunk])
+            sec = r.value(F.CHUNK_SECTION, chunk)
+            return r.value(F.SEC_FROM, sec), r.value(F.SEC_TO, sec)
+        return r.value(F.CHUNK_FROM, chunk), r.value(F.CHUNK_TO, chunk)
 
     def _near_copy_in(
         self, chunk: int, res: Result, ids: list[int], shown: list[Result]
@@ -878,17 +880,17 @@ class Searcher:
         context: str,
     ) -> Result:
         r = self.r
-        doc = int(r.column(F.CHUNK_DOCUMENT)[c])
-        sec = int(r.column(F.CHUNK_SECTION)[c])
+        doc = r.value(F.CHUNK_DOCUMENT, c)
+        sec = r.value(F.CHUNK_SECTION, c)
         start, end = self._span(c, context)
-        page = int(r.column(F.CHUNK_PAGE)[c]) or None
-        name = r.strings(F.DOC_NAME)[doc]
+        page = r.value(F.CHUNK_PAGE, c) or None
+        name = r.string_at(F.DOC_NAME, doc)
         content = r.text(doc)[start:end]
         return Result(
             rank=rank,
             chunk=c,
             doc=name,
-            title=r.strings(F.DOC_TITLE)[doc],
+            title=r.string_at(F.DOC_TITLE, doc),
             section=" > ".join(r.section_path(sec)),
             start=start,
             end=end,

@@ -68,6 +68,13 @@ class SplitReport:
         return dict(self.__dict__)
 
 
+def name_the_set(report: Any, out: Path, members: SplitReport) -> None:
+    """Make a set's build report name the set (``OUT-NNN.kbpack``, the members' bytes summed):
+    the whole pack it was split from was a step on the way."""
+    report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
+    report.size = sum(m["bytes"] for m in members.members)
+
+
 class _Estimator:
     """An upper bound of the bytes each document adds to a member."""
 

@@ -120,6 +120,18 @@ def test_a_flip_in_chunk_offsets_fails_export(pack: Path, tmp_path: Path) -> Non
     assert_one_line_naming(err, bad, F.CHUNK_FROM)
 
 
+@pytest.mark.parametrize("element", [F.CHUNK_FROM, F.CHUNK_SECTION, F.SEC_PARENT])
+def test_a_flip_in_a_column_a_citation_reads_fails_the_query(
+    pack: Path, tmp_path: Path, element: str
+) -> None:
+    """A citation reads its own rows of these columns (part reads, PackReader.value): the
+    HDF5 chunk holding them is still checked (Fletcher-32, filter mask)."""
+    bad = flip_inside(pack, tmp_path, element)
+    code, out, err = run("query", str(bad), "A-17", "--mode", "bm25")
+    assert code == 1 and "suction" not in out
+    assert_one_line_naming(err, bad, element)
+
+
 def test_a_changed_string_column_is_caught_by_its_digest(pack: Path, tmp_path: Path) -> None:
     """A title rewritten behind the manifest's back (the bytes' own SHA-256 restamped, as a
     flip in HDF5's heap plus a forged header would look): the column digest refuses it."""

@@ -47,6 +47,10 @@ def _agree(path: Path) -> int:
     assert ind.storage_violations(str(path), manifest["format_version"]) == []
     dense = ind.dense_check(str(path))  # spec §3.7.1: the rule's terms, rows = postings
     assert (dense is None) == ("dense_terms" not in manifest["counts"])
+    rows = ind.row_digest_check(str(path))  # spec §3.11: every row's digest is its own
+    assert (
+        rows is None or rows == 3 * manifest["counts"]["documents"] + manifest["counts"]["sections"]
+    )
     lengths, terms = ind.tokenize_check(str(path))
     assert terms == sorted(terms, key=lambda t: t.encode()) and (lengths >= 1).all()
     return len(chunks)

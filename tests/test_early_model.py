@@ -58,13 +58,16 @@ def test_the_option_tables_are_the_query_commands_options() -> None:
 
 
 def test_plan_reads_the_usual_command_lines() -> None:
-    assert plan(["p.kbpack", "how", "to", "rotate"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["p.kbpack", "rotate", "--json", "-k", "3"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["--json", "p.kbpack", "--doc", "*.md", "rotate"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["p.kbpack", "rotate", "--threads", "2"]) == Plan(Path("p.kbpack"), 2)
-    assert plan(["p.kbpack", "rotate", "--threads=1", "--mode=dense"]) == Plan(Path("p.kbpack"), 1)
-    assert plan(["p.kbpack", "--", "-X importtime"]) == Plan(Path("p.kbpack"), None)
-    assert plan(["p.kbpack", "--batch", "-"]) == Plan(Path("p.kbpack"), None)
+    pack = Path("p.kbpack")
+    assert plan(["p.kbpack", "how", "to", "rotate"]) == Plan(pack, None, "how to rotate")
+    assert plan(["p.kbpack", "rotate", "--json", "-k", "3"]) == Plan(pack, None, "rotate")
+    assert plan(["--json", "p.kbpack", "--doc", "*.md", "rotate"]) == Plan(pack, None, "rotate")
+    assert plan(["p.kbpack", "rotate", "--threads", "2"]) == Plan(pack, 2, "rotate")
+    assert plan(["p.kbpack", "rotate", "--threads=1", "--mode=dense"]) == Plan(pack, 1, "rotate")
+    assert plan(["p.kbpack", "--", "-X importtime"]) == Plan(pack, None, "-X importtime")
+    assert plan(["p.kbpack", "--batch", "-"]) == Plan(pack, None, None)
+    got = plan(["p.kbpack", "rotate", "--model", "m.gguf"])
+    assert got == Plan(pack, None, "rotate", Path("m.gguf"))
 
 
 @pytest.mark.parametrize(
@@ -72,7 +75,6 @@ def test_plan_reads_the_usual_command_lines() -> None:
     [
         ["p.kbpack", "rotate", "--mode", "bm25"],  # no model at all
         ["p.kbpack", "rotate", "--mode=bm25"],
-        ["p.kbpack", "rotate", "--model", "m.gguf"],  # loaded only once its hash matches
         ["p.kbpack", "rotate", "--help"],
         ["p.kbpack", "rotate", "--jsn"],  # a typo: click's error, nothing started
         ["p.kbpack", "rotate", "-k5"],
@@ -98,7 +100,7 @@ def test_several_packs_start_nothing(tmp_path: Path) -> None:
     a.write_bytes(b"x")
     b.write_bytes(b"x")
     assert plan([str(a), str(b), "rotate"]) is None  # kbpack.federate loads its own way
-    assert plan([str(a), "b.kbpack", "rotate"]) == Plan(a, None)  # not a file: query text
+    assert plan([str(a), "b.kbpack", "rotate"]) == Plan(a, None, "b.kbpack rotate")  # text
 
 
 def test_a_pack_that_does_not_qualify_starts_nothing(tmp_path: Path) -> None:
@@ -191,3 +193,60 @@ def test_a_missing_pack_fails_the_same_with_the_head_start(
     )
     assert (done.returncode, done.stdout, done.stderr) == (code, out, err)
     assert code == 2 and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def tiny_pack(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("early-tiny-corpus")
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    out = tmp_path_factory.mktemp("early-tiny") / "tiny.kbpack"
+    code, _, err = run("build", str(root), "-o", str(out), "--model", str(tiny_model), "--quiet")
+    assert code == 0, err
+    return out
+
+
+def test_a_model_file_starts_early_once_a_query_recorded_the_packs_model(
+    tiny_pack: Path, tiny_model: Path, tiny_model_b: Path, tmp_path: Path
+) -> None:
+    """--model is loaded early only if its hash is the pack's, as an earlier query of this
+    very file recorded it (no HDF5 before the load starts)."""
+    copy = tmp_path / "copy.kbpack"  # a pack state no query has seen yet
+    copy.write_bytes(tiny_pack.read_bytes())
+    from kbpack.pack.preflight import remember_parsed
+
+    remember_parsed(copy)
+    args = [str(copy), "rotate the logs", "--json", "--model", str(tiny_model)]
+    early_model.start(args)
+    assert early_model._early is None  # nothing recorded yet: no head start
+    code, want, _ = run("query", *args)  # records the pack's model
+    early_model.start(args)
+    assert early_model._early is not None
+    got_code, got, _ = run("query", *args)
+    assert early_model._early is None  # claimed
+    assert (got_code, json.loads(got)) == (code, json.loads(want))
+    other = [str(copy), "rotate the logs", "--json", "--model", str(tiny_model_b)]
+    early_model.start(other)
+    assert early_model._early is None  # not the pack's model: never loaded early
+    early_model.start(args[:2])  # no --model: the default model is not the pack's either
+    assert early_model._early is None
+
+
+def test_the_model_a_pack_holds_starts_early_from_the_cache(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    pack = tmp_path / "held.kbpack"
+    build = ["build", str(root), "-o", str(pack), "--model", str(tiny_model), "--embed-model"]
+    code, _, err = run(*build, "--quiet")
+    assert code == 0, err
+    args = [str(pack), "share a connection", "--json"]
+    code, want, _ = run("query", *args)  # extracts the model to the cache, records it
+    early_model.start(args)
+    assert early_model._early is not None
+    got_code, got, _ = run("query", *args)
+    assert early_model._early is None
+    assert (got_code, json.loads(got)) == (code, json.loads(want))

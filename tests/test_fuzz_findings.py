@@ -175,7 +175,10 @@ def test_a_row_number_out_of_range_is_one_line_naming_the_column(
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
 
     def poke(values: Any) -> None:
-        values[len(values) // 2] = value
+        if command[0] == "query":  # a citation reads only the rows it walks (a part read)
+            values[:] = value
+        else:
+            values[len(values) // 2] = value
 
     rewrite(pack, column, poke)
     argv = [command[0], str(pack), *command[1:]]

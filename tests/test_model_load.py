@@ -126,3 +126,41 @@ def test_a_corrupt_header_memo_is_ignored(model: Path) -> None:
     memo.write_text('{"path": 1, "metadata": [}')
     gguf_header._PARSED.clear()
     assert gguf_header.read_gguf_metadata(model) == parsed
+
+
+def test_output_of_the_main_thread_is_not_lost_while_a_model_loads(
+    model: Path, tmp_path: Path
+) -> None:
+    """llama-cpp-python silences fds 1 and 2 and swaps sys.stdout/sys.stderr process-wide
+    while it loads a model (verbose=False); kbpack loads in a worker thread while the main
+    thread writes, so every line the main thread writes meanwhile must still arrive."""
+    script = tmp_path / "writes.py"
+    script.write_text(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from kbpack.embed import Embedder\n"
+        "from kbpack.model_load import ModelLoad\n"
+        f"path = Path({str(model)!r})\n"
+        "n = 0\n"
+        "for _ in range(10):\n"
+        "    load = ModelLoad(lambda: Embedder(path, threads=1))\n"
+        "    while load.running:\n"
+        "        n += 1\n"
+        "        print(f'line {n}', flush=True)\n"
+        "        print(f'err {n}', file=sys.stderr, flush=True)\n"
+        "    load.result().close()\n"
+        "print(f'total {n}', flush=True)\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, check=True
+    )
+    out = done.stdout.splitlines()
+    total = int(out[-1].split()[1])
+    assert total > 0
+    assert out[:-1] == [f"line {i}" for i in range(1, total + 1)]
+    assert done.stderr.splitlines() == [f"err {i}" for i in range(1, total + 1)]

@@ -16,6 +16,7 @@ import kbpack.split as split
 from kbpack.cli import cli
 from kbpack.errors import UsageError
 from kbpack.pack.read import PackReader
+from kbpack.plain_text import human_size
 from kbpack.split import member_path, parse_size, split_pack
 from kbpack.verify.pipeline import verify_pack
 
@@ -293,3 +294,21 @@ def test_without_hard_links_a_member_moved_aside_is_still_read(whole: Path, tmp_
     again = split_pack(whole, out, 220 * 1024)
     assert _set_as_read(out) == (again.set_id, documents)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_build_split_size_summary_names_the_set_and_lists_its_members(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    src = write_folder(tmp_path / "src", corpus())
+    out = tmp_path / "out" / "docs.kbpack"
+    out.parent.mkdir()
+    args = ["build", str(src), "-o", str(out), "--model", str(tiny_model), "--threads", "1"]
+    r = CliRunner().invoke(cli, [*args, "--split-size", "1M"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    members = sorted(out.parent.iterdir())
+    total = sum(m.stat().st_size for m in members)
+    assert lines[0].split()[:2] == ["pack", str(out.parent / "docs-NNN.kbpack")]
+    assert human_size(total) in lines[0]  # the members' bytes, summed
+    listed = [line.split()[1] for line in lines if line.startswith("  member   ")]
+    assert listed == [str(m) for m in members]

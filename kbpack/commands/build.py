@@ -10,12 +10,10 @@ import click
 from kbpack.commands.common import (
     emit_json,
     force_option,
-    human_size,
     json_option,
     output_option,
     quiet_option,
     show_progress,
-    table,
     threads_option,
 )
 from kbpack.lexical import PLAIN, SNOWBALL_ENGLISH
@@ -180,6 +178,7 @@ def run_build_command(
     secret key to sign the new pack with), for update."""
     from kbpack.build import BuildOptions
     from kbpack.build import build as run_build
+    from kbpack.build_report import render_report, render_set_members, render_signature
     from kbpack.extract import Limits
     from kbpack.outpath import check_output
     from kbpack.pieces import DEFAULT_PIECES
@@ -229,7 +228,7 @@ def run_build_command(
         raise click.UsageError("--pieces needs vectors; drop --no-vectors")
     # SIGTERM is Ctrl-C (kbpack.cli.main): the writer removes its temp file, exit 130
     if split_size is not None:
-        from kbpack.split import build_set, parse_size
+        from kbpack.split import build_set, name_the_set, parse_size
 
         builder = None
         if workers is not None or scheduler is not None:
@@ -241,19 +240,13 @@ def run_build_command(
         report, members = build_set(
             opts, parse_size(split_size), Progress(show_progress(quiet, as_json)), builder
         )
-        # the whole pack was a step on the way: the summary names the set
-        report.path = Path(f"{out.parent / out.stem}-NNN{out.suffix or '.kbpack'}")
-        report.size = sum(m["bytes"] for m in members.members)
+        name_the_set(report, out, members)
         if as_json:
             emit_json({**report.as_dict(), "set": members.as_dict()})
         elif not quiet:
             click.echo(render_report(report))
-            for m in members.members:
-                click.echo(
-                    f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)"
-                )
-            for n in members.notes:
-                click.echo(f"  note     {n}")
+            if listing := render_set_members(members):
+                click.echo(listing)
         return 1 if (strict and report.strict_failures()) else 0
     if reuse is not None:
         from kbpack.update import update_pack
@@ -265,7 +258,12 @@ def run_build_command(
         report = cluster_build(opts, workers, scheduler, Progress(show_progress(quiet, as_json)))
     else:
         report = run_build(opts, Progress(show_progress(quiet, as_json)))
-    signature = _sign_update(report.path, *sign) if sign is not None else None
+    if sign is not None:
+        from kbpack.pack.sign import sign_updated
+
+        signature = sign_updated(report.path, *sign)
+    else:
+        signature = None
     if as_json:
         emit_json({**report.as_dict(), **({"signature": signature} if signature else {})})
     elif not quiet:
@@ -273,104 +271,3 @@ def run_build_command(
         if signature:
             click.echo(render_signature(report.path, signature))
     return 1 if (strict and report.strict_failures()) else 0
-
-
-def _sign_update(path: Path, old: str | None, key: Path | None) -> dict[str, Any] | None:
-    """An update changes the bytes, so the old signature cannot carry over: sign with ``key``,
-    or report that it was dropped. None when neither pack is signed."""
-    if key is None and old is None:
-        return None
-    from kbpack.pack.sign import sign_pack
-
-    return {"old": old, "new": sign_pack(path, key) if key is not None else None}
-
-
-def render_signature(path: Path, s: dict[str, Any]) -> str:
-    if s["new"]:
-        return f"signature    signed by key {s['new']}"
-    return (
-        f"signature    dropped: the old pack was signed by key {s['old']}; re-sign with "
-        f"kbpack sign {path} --key NAME.key (or pass --key to update)"
-    )
-
-
-def _left_out(report: Any) -> str:
-    """What discovery left out on purpose, and the option that changes it."""
-    parts = []
-    if report.filtered:
-        parts.append(f"{report.filtered} files by --include/--exclude")
-    if report.links_not_followed:
-        parts.append(
-            f"{report.links_not_followed} symlinked folders outside the tree "
-            "(--follow-symlinks reads them)"
-        )
-    return "; ".join(parts)
-
-
-def peak_memory(own: float, worker: float) -> str:
-    """Both processes run at once, so their sum bounds what the build needed."""
-    if not worker:
-        return f"{own:.0f} MB"
-    return f"{own + worker:.0f} MB (kbpack {own:.0f} MB + extraction worker {worker:.0f} MB)"
-
-
-def render_report(report: Any) -> str:
-    c = report.counts
-    s = report.seconds
-    stages = "  ".join(f"{k} {v:.1f}s" for k, v in s.items())
-    rows = [
-        ("pack", f"{report.path} ({human_size(report.size)})"),
-        (
-            "documents",
-            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped"
-            + (f" ({report.unsupported} of unsupported types)" if report.unsupported else ""),
-        ),
-        ("sections", c["sections"]),
-        ("chunks", c["chunks"]),
-        (
-            "vectors",
-            f"{c['vectors']}"
-            + (
-                f" ({report.model['name']}, {report.model['dims']} dims)"
-                if report.model
-                else " (BM25-only pack)"
-            ),
-        ),
-        (
-            "tokens",
-            f"{report.tokens_embedded} embedded, {report.header_share:.0%} in headers"
-            if report.model
-            else "-",
-        ),
-        *([("pieces", f"{c['pieces']} piece vectors")] if "pieces" in c else []),
-        ("terms", c["terms"]),
-        ("time", stages),
-        ("peak memory", peak_memory(report.peak_rss_mb, report.peak_rss_workers_mb)),
-    ]
-    if report.reused_documents:
-        rows.insert(
-            2,
-            (
-                "reused",
-                f"{report.reused_documents} unchanged documents; {report.vectors_embedded} chunks"
-                + (f" and {report.pieces_embedded} pieces" if report.pieces_embedded else "")
-                + " embedded",
-            ),
-        )
-    left = _left_out(report)
-    if left:
-        rows.insert(2, ("left out", left))
-    lines = [table(rows)]
-    for f in report.failed:
-        lines.append(f"  failed   {f['name']}: {f['reason']}")
-    for f in report.skipped:
-        lines.append(f"  skipped  {f['name']}: {f['reason']}")
-    for w in report.warnings:
-        lines.append(f"  warning  {w['name']}: {w['warning']}")
-    for p in report.problems:
-        lines.append(f"  chunking {p['name']}: {p['problem']}")
-    if report.truncated:
-        lines.append(
-            f"  warning  {report.truncated} embedded texts were truncated to the model window"
-        )
-    return "\n".join(lines)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from kbpack.plain_text import human_size as human_size  # re-exported: the commands' import
+from kbpack.plain_text import table as table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -111,15 +114,6 @@ def emit_json_line(obj: Mapping[str, Any]) -> None:
     click.echo(json.dumps(envelope(obj), ensure_ascii=False, default=str))
 
 
-def table(rows: Sequence[tuple[str, Any]], indent: int = 0) -> str:
-    """Two aligned columns: label, value."""
-    if not rows:
-        return ""
-    width = max(len(k) for k, _ in rows)
-    pad = " " * indent
-    return "\n".join(f"{pad}{k:<{width}}  {v}" for k, v in rows)
-
-
 def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
     """Lines of a table with a header row, each column as wide as its widest cell."""
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
@@ -128,14 +122,6 @@ def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
         pad + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
         for r in [head, *rows]
     ]
-
-
-def human_size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
 
 
 def show_progress(quiet: bool, as_json: bool) -> bool | None:

@@ -2,6 +2,8 @@
 
 * numeric dataset: SHA-256 of its values as little-endian, C-order bytes of the stored dtype;
 * string dataset: SHA-256 over each element in order: uint64 LE byte length, then UTF-8 bytes;
+* a string row (``/row_digests``, spec §3.11): the first 8 bytes, as a little-endian int64, of
+  the SHA-256 of that one element's uint64 LE byte length then UTF-8 bytes;
 * attributes (``path@attrs``): SHA-256 of the canonical JSON object {name: value} of all of them.
 """
 
@@ -49,6 +51,19 @@ def strings_digest(items: Iterable[str | bytes]) -> str:
     d = StreamDigest()
     d.strings(items)
     return d.hexdigest()
+
+
+def row_digest(item: str | bytes) -> int:
+    """One string row's digest (spec §3.11)."""
+    b = item.encode("utf-8") if isinstance(item, str) else item
+    h = hashlib.sha256(struct.pack("<Q", len(b)))
+    h.update(b)
+    return int.from_bytes(h.digest()[:8], "little", signed=True)
+
+
+def row_digests(items: Iterable[str | bytes]) -> np.ndarray:
+    """Every row's digest of a string column, as the int64 column ``/row_digests`` stores."""
+    return np.fromiter((row_digest(x) for x in items), dtype="<i8")
 
 
 def plain(value: Any) -> Any:

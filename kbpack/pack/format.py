@@ -44,6 +44,7 @@ BM25 = "/bm25"
 SEARCH = "/search"
 PIECES = "/pieces"
 COPIES = "/copies"
+ROW_DIGESTS = "/row_digests"
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -104,6 +105,19 @@ BM25_DOC_LEN = "/bm25/doc_len"
 # process's first query reads a stopword as N bytes instead of inflating 8 bytes per posting
 BM25_DENSE_TERMS = "/bm25/dense_terms"
 BM25_DENSE_TF = "/bm25/dense_tf"
+# optional (spec §3.11): a digest per row of the string columns a query reads row by row, so
+# that a citation's title or name is checked without reading (and hashing) the whole column
+ROW_DOC_NAME = "/row_digests/documents_name"
+ROW_DOC_TITLE = "/row_digests/documents_title"
+ROW_DOC_TEXT_SHA256 = "/row_digests/documents_text_sha256"
+ROW_SEC_TITLE = "/row_digests/sections_title"
+# string column -> its row digests
+ROW_DIGEST_OF = {
+    DOC_NAME: ROW_DOC_NAME,
+    DOC_TITLE: ROW_DOC_TITLE,
+    DOC_TEXT_SHA256: ROW_DOC_TEXT_SHA256,
+    SEC_TITLE: ROW_SEC_TITLE,
+}
 
 # --- attributes of groups --------------------------------------------------------------------
 M_NAME = "name"
@@ -309,6 +323,28 @@ ELEMENTS: tuple[Element, ...] = (
         "copies",
         "1: normalised words equal those of the group's first chunk; 0: a near copy",
         optional=True,
+    ),
+    Element(
+        ROW_DIGESTS,
+        "row-digests",
+        "a digest per row of the string columns a query reads row by row (checked reads "
+        "of one title without hashing the whole column)",
+        optional=True,
+    ),
+    *(
+        _ds(
+            ROW_DIGEST_OF[column],
+            "i8",
+            rows,
+            f"first 8 bytes (little-endian int64) of the SHA-256 of each row of {column}",
+            optional=True,
+        )
+        for column, rows in (
+            (DOC_NAME, "documents"),
+            (DOC_TITLE, "documents"),
+            (DOC_TEXT_SHA256, "documents"),
+            (SEC_TITLE, "sections"),
+        )
     ),
 )
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
-from kbpack.pack.digest import attrs_digest, numeric_digest, plain, strings_digest
+from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, strings_digest
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.preflight import check_parses
 from kbpack.pack.structure import check_structure
@@ -436,7 +436,25 @@ class PackReader:
         arr: np.ndarray = self._cache[path]
         return arr
 
-    def _check_references(self, path: str, arr: np.ndarray) -> None:
+    def value(self, path: str, row: int) -> int:
+        """One row of an integer column: from the column when it was read whole (digest-checked),
+        else by a part read (filter mask + Fletcher-32, spec §1.2). A citation at 1M chunks so
+        reads the HDF5 chunks of its own rows, not 8 MB of offsets inflated and hashed."""
+        whole = self._cache.get(path)
+        if whole is not None:
+            return int(whole[row])
+        key = f"{path}#{row}"
+        if key not in self._cache:
+            ds = self.dataset(path)
+            if not 0 <= row < len(ds):
+                raise DamagedDataError(self.where, path, f"row {row} is outside the column")
+            value = np.asarray(ds[row : row + 1])
+            self._check_references(path, value, first_row=row)
+            self._cache[key] = int(value[0])
+        out: int = self._cache[key]
+        return out
+
+    def _check_references(self, path: str, arr: np.ndarray, first_row: int = 0) -> None:
         """A column of row numbers must point at rows that exist: a pack whose digests were
         rewritten to match its damage (only verify's invariants would say so) must stop a
         command in one line, not in an IndexError where the row is used."""
@@ -451,7 +469,8 @@ class PackReader:
             raise DamagedDataError(
                 self.where,
                 path,
-                f"row {row} points at {count} row {int(arr[row])}, outside {lowest}..{n - 1}",
+                f"row {first_row + row} points at {count} row {int(arr[row])}, "
+                f"outside {lowest}..{n - 1}",
             )
 
     def strings(self, path: str) -> list[str]:
@@ -473,6 +492,50 @@ class PackReader:
                 raise DamagedDataError(self.where, path, "holds invalid UTF-8") from e
         out: list[str] = self._cache[path]
         return out
+
+    def string_at(self, path: str, row: int) -> str:
+        """One row of a string dataset, checked: against its stored row digest where the pack
+        has ``/row_digests`` for ``path`` (spec §3.11; a citation then reads one title and one
+        HDF5 chunk of digests, not the 673k titles of a 1M-chunk pack), else through the whole
+        column's digest."""
+        if path in self._cache:
+            cached: list[str] = self._cache[path]
+            return cached[row]
+        digest_path = self._row_digest_path(path)
+        if digest_path is None:
+            return self.strings(path)[row]
+        key = f"{path}:{row}"
+        if key not in self._cache:
+            want = self.value(digest_path, row)  # also refuses a row outside the column
+            with hdf5_errors(self.where, path):
+                raw = self.h5[path][row]
+            data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
+            if row_digest(data) != want:
+                raise DamagedDataError(self.where, path, f"row {row} differs from its row digest")
+            try:
+                self._cache[key] = data.decode("utf-8")
+            except UnicodeDecodeError as e:  # a row digest written over invalid bytes
+                raise DamagedDataError(self.where, path, f"row {row} is not UTF-8") from e
+        out: str = self._cache[key]
+        return out
+
+    def strings_unless_row_digests(self, path: str) -> None:
+        """Read (and cache) the whole column where ``string_at(path, row)`` will need it: a
+        pack without row digests for ``path`` (a query reads this ahead while the model loads)."""
+        if self._row_digest_path(path) is None:
+            self.strings(path)
+
+    def _row_digest_path(self, path: str) -> str | None:
+        """The element holding ``path``'s row digests, or None: none for it, or a pack written
+        before them."""
+        digest_path = F.ROW_DIGEST_OF.get(path)
+        if digest_path is None:
+            return None
+        key = f"rows-present:{digest_path}"
+        if key not in self._cache:
+            with hdf5_errors(self.where, digest_path):
+                self._cache[key] = digest_path in self.h5
+        return digest_path if self._cache[key] else None
 
     def warnings(self, doc: int) -> list[str]:
         """One document's warnings: its ``/documents/warnings`` row, a JSON array of strings.
@@ -527,7 +590,7 @@ class PackReader:
             with hdf5_errors(self.where, F.DOC_TEXT):
                 raw = self.h5[F.DOC_TEXT][doc]
             data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
-            want = self.strings(F.DOC_TEXT_SHA256)[doc]
+            want = self.string_at(F.DOC_TEXT_SHA256, doc)
             if hashlib.sha256(data).hexdigest() != want:
                 raise DamagedDataError(
                     self.where, F.DOC_TEXT, f"row {doc} differs from its text_sha256"
@@ -590,7 +653,7 @@ class PackReader:
         if key not in self._cache and not self.has_copies:
             self._cache[key] = None
         if key not in self._cache:
-            n = len(self.column(F.CHUNK_DOCUMENT))
+            n = len(self.dataset(F.CHUNK_DOCUMENT))  # its length: no need to read it
             out = np.full(n, -1, dtype=np.int64)
             chunk = self.column(F.COPY_CHUNK).astype(np.int64)
             ok = (chunk >= 0) & (chunk < n)  # verify reports the rest; search must not crash
@@ -600,21 +663,19 @@ class PackReader:
         return arr
 
     def chunk_content(self, chunk: int) -> str:
-        doc = int(self.column(F.CHUNK_DOCUMENT)[chunk])
-        start = int(self.column(F.CHUNK_FROM)[chunk])
-        end = int(self.column(F.CHUNK_TO)[chunk])
+        doc = self.value(F.CHUNK_DOCUMENT, chunk)
+        start = self.value(F.CHUNK_FROM, chunk)
+        end = self.value(F.CHUNK_TO, chunk)
         return self.text(doc)[start:end]
 
     def section_path(self, section: int) -> list[str]:
         """Heading titles from level 1 down to ``section`` (the root is the document title)."""
-        parents = self.column(F.SEC_PARENT)
-        titles = self.strings(F.SEC_TITLE)
         path: list[str] = []
         seen = 0
         s = section
-        while s >= 0 and parents[s] >= 0 and seen < 64:
-            path.append(titles[s])
-            s = int(parents[s])
+        while s >= 0 and self.value(F.SEC_PARENT, s) >= 0 and seen < 64:
+            path.append(self.string_at(F.SEC_TITLE, s))
+            s = self.value(F.SEC_PARENT, s)
             seen += 1
         return path[::-1]
 

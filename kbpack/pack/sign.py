@@ -269,3 +269,11 @@ __all__ = [
     "trusted_keys",
     "trusted_keys_dir",
 ]
+
+
+def sign_updated(path: Path, old: str | None, key: Path | None) -> dict[str, Any] | None:
+    """An update changes the bytes, so the old signature cannot carry over: sign with ``key``,
+    or report that it was dropped. None when neither pack is signed."""
+    if key is None and old is None:
+        return None
+    return {"old": old, "new": sign_pack(path, key) if key is not None else None}

@@ -32,7 +32,13 @@ from kbpack.copies import CopyFinder, CopyGroups
 from kbpack.document import Document
 from kbpack.errors import KbpackError
 from kbpack.pack import format as F
-from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest, strings_digest
+from kbpack.pack.digest import (
+    StreamDigest,
+    attrs_digest,
+    numeric_digest,
+    row_digests,
+    strings_digest,
+)
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.preflight import remember_parsed
 from kbpack.pack.storage import create_dataset
@@ -558,11 +564,15 @@ class PackWriter:
                 elements[path] = numeric_digest(data)
                 self._describe(ds, el, elements)
 
+            row_digested: dict[str, np.ndarray] = {}
+
             def put_str(path: str, items: list[str]) -> None:
                 el = F.ELEMENT_BY_PATH[path]
                 ds = create_dataset(h, path, data=items)
                 elements[path] = strings_digest(items)
                 self._describe(ds, el, elements)
+                if path in F.ROW_DIGEST_OF:  # written last, in the spec's order (§3.11)
+                    row_digested[F.ROW_DIGEST_OF[path]] = row_digests(items)
 
             for key in _DOC_STR:
                 if key != "text":
@@ -597,6 +607,8 @@ class PackWriter:
                 put(F.COPY_GROUP, copies.group)
                 put(F.COPY_CHUNK, copies.chunk)
                 put(F.COPY_EXACT, copies.exact)
+            for path in F.ROW_DIGEST_OF.values():
+                put(path, row_digested[path])
             # Write everything out while errors still raise: h5py swallows the errors of
             # writes that happen when a dataset is deallocated ("Exception ignored in
             # __dealloc__"), and its close after such a failure is where HDF5 crashed.

@@ -283,7 +283,7 @@ class Library:
         return Document(
             pack=p.name,
             name=name,
-            title=r.strings(F.DOC_TITLE)[row],
+            title=r.string_at(F.DOC_TITLE, row),
             kind=r.strings(F.DOC_EXTRACTOR)[row].split("/", 1)[0],
             text=r.text(row),
             sections=sections,

@@ -21,6 +21,7 @@ from kbpack.verify.digests import ElementDigests
 from kbpack.verify.invariants.bm25 import Bm25Invariants
 from kbpack.verify.invariants.copies import CopyInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
+from kbpack.verify.invariants.row_digests import RowDigestInvariants
 from kbpack.verify.invariants.text import Invariants
 from kbpack.verify.invariants.vectors import VectorInvariants
 from kbpack.verify.report import VerifyReport
@@ -125,7 +126,13 @@ def merge(report: VerifyReport, result: dict[str, Any], quick: bool) -> None:
 
 
 class Examiner(
-    ElementDigests, Invariants, VectorInvariants, PieceInvariants, CopyInvariants, Bm25Invariants
+    ElementDigests,
+    Invariants,
+    VectorInvariants,
+    PieceInvariants,
+    CopyInvariants,
+    RowDigestInvariants,
+    Bm25Invariants,
 ):
     """Steps 3-5 in order, each check turned into findings instead of exceptions."""
 
@@ -187,6 +194,7 @@ class Examiner(
             self._check_pages,
             self._check_chunks,
             self._check_bm25,
+            self._check_row_digests,
         )
 
     def late_invariants(self, h: Any) -> None:

@@ -134,6 +134,7 @@ CODES: dict[str, str] = {
     "copy-chunk": "a copy group naming a chunk row that does not exist, or one chunk twice",
     "copy-order": "copy groups not numbered 0, 1, ..., chunks not ascending, or a lone member",
     "copy-exact": "a copy group member whose exact flag differs from its normalised words",
+    "row-digests": "a string row's stored digest differs from its bytes, or some are missing",
     "bm25-params": "k1 or b out of range",
     "bm25-tokenizer": "a tokenizer this kbpack cannot re-run",
     "bm25-terms": "vocabulary not valid UTF-8, empty, or not strictly sorted",
