@@ -22,6 +22,7 @@ bare Python exception, a Document that chunking or writing would choke on).
 its own checkpoint under the --checkpoint folder, and prints their sum: executions are
 independent, so a machine with free cores runs them in parallel.
     python bench/fuzz.py --replay 1:22                           # one execution again
+    python bench/fuzz.py --enumerate row-drops                   # every item, all commands
     nice -n 10 python bench/fuzz.py --target docs --executions 10000 --kinds pdf docx html
 """
 
@@ -204,6 +205,12 @@ def main() -> None:
         default=1,
         help="run verify on every N-th execution only (the reader commands run on all)",
     )
+    ap.add_argument(
+        "--enumerate",
+        default=None,
+        choices=["row-drops", "attribute-deletions"],
+        help="run every item of an enumeration (kbpack/fuzz/pack_enumerations.py) instead",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="copy each finding's input here")
     ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
     ap.add_argument("--json", action="store_true")
@@ -234,7 +241,11 @@ def main() -> None:
         ) as fuzzer:
             if args.replay:
                 seed, index = (int(x) for x in args.replay.split(":"))
-                mutant, found, runs = fuzzer.one(seed, index)
+                if args.enumerate:  # SEED is 0 for an enumeration's items
+                    item_seed, write = fuzzer.enumerated(args.enumerate)[index]
+                    mutant, found, runs = fuzzer.judged(item_seed, write, 0, index)
+                else:
+                    mutant, found, runs = fuzzer.one(seed, index)
                 print(mutant.describe())
                 for r in runs:
                     print(f"  {r.name}: exit {r.exit_code}  {r.stderr.strip()[:200]}")
@@ -258,13 +269,16 @@ def main() -> None:
                 if not args.json and sys.stderr.isatty():
                     print(f"\r{r.executions} executions, {r.counts()}", end="", file=sys.stderr)
 
-            result = fuzzer.run(
-                args.executions,
-                args.seed,
-                start=args.start,
-                progress=progress,
-                deadline_s=args.minutes * 60 if args.minutes else None,
-            )
+            if args.enumerate:
+                result = fuzzer.run_enumerated(args.enumerate, progress=progress)
+            else:
+                result = fuzzer.run(
+                    args.executions,
+                    args.seed,
+                    start=args.start,
+                    progress=progress,
+                    deadline_s=args.minutes * 60 if args.minutes else None,
+                )
             if sys.stderr.isatty() and not args.json:
                 print(file=sys.stderr)
     out: dict[str, Any] = result.as_json()

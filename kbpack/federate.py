@@ -122,7 +122,7 @@ class SetSearcher(Searcher):
         for i, m in enumerate(self.members):
             row = m.lookup().find(term)
             if row is not None:
-                indptr = m.r.column(F.BM25_INDPTR)
+                indptr = m.indptr()
                 spans.append((i, int(indptr[row]), int(indptr[row + 1])))
         df = sum(hi - lo for _, lo, hi in spans)
         assert self._norms is not None

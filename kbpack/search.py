@@ -241,6 +241,7 @@ class Searcher:
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
         self._dense_cache: tuple[str, DenseScores] | None = None
+        self._indptr: np.ndarray | None = None  # /bm25/indptr, checked (``indptr``)
         self._ahead: ModelLoad | None = None  # the finished load, holding the query it embedded
         self._query_prefix: str | None = None  # read when a query is first embedded
         # A cross-encoder (kbpack.rerank.Reranker) that reorders the top of the list, or None.
@@ -315,7 +316,7 @@ class Searcher:
             # since looking a dataset up by path costs as much as a baked query's sums
             self._postings = (
                 self.lookup(),
-                r.column(F.BM25_INDPTR),
+                self.indptr(),
                 r.dataset(F.BM25_CHUNK),
                 r.dataset(F.BM25_TF),
             )
@@ -396,11 +397,32 @@ class Searcher:
     def _scores(self, q: np.ndarray) -> DenseScores:
         """(dense score, cosine) of the unit query vector for every chunk of this pack, from one
         float16 pass over the vectors (exact where ``DenseScores`` says)."""
-        return rounded_chunk_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces())
+        return rounded_chunk_scores(self._vectors(q), q, self._pieces())
 
     def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``_scores`` of the chunks ``ids`` from vectors read through HDF5's checksum."""
-        return checked_scores(self.r.stored_rows(F.VEC_DATA), q, self._pieces(), ids)
+        return checked_scores(self._vectors(q), q, self._pieces(), ids)
+
+    def _vectors(self, q: np.ndarray) -> Any:
+        """``/vectors/data`` as stored, its rows as wide as the query vector (and the pieces'
+        as wide as the chunks'). The width is in the dataset's dataspace, in the object
+        header, where no checksum reaches: one flipped bit made it 385 and the scan raised
+        "Vector dimensions don't match" (a header bit-flip sweep of the golden pack)."""
+        stored = self.r.stored_rows(F.VEC_DATA)
+        width = stored.shape[1] if len(stored.shape) == 2 else -1
+        if width != q.shape[-1]:
+            raise DamagedDataError(
+                self.r.where,
+                F.VEC_DATA,
+                f"rows of {width} numbers, the query model embeds {q.shape[-1]}",
+            )
+        if self.use_pieces and self.r.has_pieces:
+            pieces = self.r.stored_rows(F.PIECE_DATA)
+            if len(pieces.shape) != 2 or pieces.shape[1] != width:
+                raise DamagedDataError(
+                    self.r.where, F.PIECE_DATA, f"rows not {width} numbers wide, as the chunks' are"
+                )
+        return stored
 
     def _check_dense(self, query: str, ids: list[int]) -> None:
         """Re-score the chunks a search returns from checksummed reads and refuse the pack when
@@ -709,8 +731,15 @@ class Searcher:
 
     def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
         """Vocabulary terms close to ``word``: term -> (edit distance, chunks holding it)."""
-        indptr = self.r.column(F.BM25_INDPTR)
-        return near_terms(word, self.lookup(), lambda row: int(indptr[row + 1] - indptr[row]))
+        indptr = self.indptr()
+        try:
+            return near_terms(word, self.lookup(), lambda row: int(indptr[row + 1] - indptr[row]))
+        except UnicodeDecodeError as e:
+            # a vocabulary term that is not UTF-8, digests rewritten to match (bench/fuzz.py
+            # packs 41:10672: /bm25/terms_blob poked, UnicodeDecodeError in did-you-mean)
+            raise DamagedDataError(
+                self.r.where, F.BM25_TERMS_BLOB, f"a term is not valid UTF-8 ({e.reason})"
+            ) from e
 
     def _rerank(self, query: str, results: list[Result], top: int) -> list[Result]:
         """The first ``top`` results scored by the reranker and reordered by its score (ties
@@ -780,12 +809,33 @@ class Searcher:
             self._lookup = TermLookup(blob, offsets)
         return self._lookup
 
+    def indptr(self) -> np.ndarray:
+        """``/bm25/indptr`` (where each term's postings start), checked once: it must rise from
+        0 to the postings count. A self-consistent but hostile pack (digests rewritten) can
+        hold any values, and a term's span is read as rows of the postings: a poked value
+        asked numpy for an array "too big" (bench/fuzz.py, packs 42:1697)."""
+        if self._indptr is None:
+            r = self.r
+            indptr = r.column(F.BM25_INDPTR)
+            postings = len(r.dataset(F.BM25_CHUNK))
+            if (
+                len(indptr) == 0
+                or indptr[0] != 0
+                or indptr[-1] != postings
+                or (len(indptr) > 1 and bool((np.diff(indptr) < 0).any()))
+            ):
+                raise DamagedDataError(
+                    r.where, F.BM25_INDPTR, "not increasing from 0 to the postings count"
+                )
+            self._indptr = indptr
+        return self._indptr
+
     def doc_freq(self, term: str) -> int:
         """Chunks that hold ``term`` (a tokenized term)."""
         row = self.lookup().find(term)
         if row is None:
             return 0
-        indptr = self.r.column(F.BM25_INDPTR)
+        indptr = self.indptr()
         return int(indptr[row + 1] - indptr[row])
 
     def default_threshold(self) -> float:

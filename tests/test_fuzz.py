@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kbpack.fuzz.pack_enumerations import attribute_deletions, row_drops
 from kbpack.fuzz.pack_target import PackCommands
 from kbpack.fuzz.runner import PackFuzzer
 from kbpack.fuzz.seeds import build_seed_packs
@@ -61,6 +62,45 @@ def test_verify_every_runs_the_reader_on_every_mutant_and_verify_on_every_nth(
     reader = {name: 6 for name, _ in fuzzer.seeds[0].commands.argv(Path("p")) if name != "verify"}
     assert dict(result.per_command) == {**reader, "verify": 2}  # indices 0 and 3
     assert result.commands == 6 * len(reader) + 2
+
+
+def test_enumerated_row_drops_reach_the_readers_and_have_no_findings(fuzzer: PackFuzzer) -> None:
+    """Rows dropped with the count matched and the digests restamped (pack_enumerations):
+    past the allowlist, into the readers' and verify's cross-element checks. The golden
+    pack's chunks, documents and sections (bench/fuzz.py --enumerate row-drops runs all)."""
+    golden = next(s for s in fuzzer.seeds if s.seed.name == GOLDEN.name)
+    items = [
+        (i, w)
+        for i, (label, w) in enumerate(row_drops(golden.seed))
+        if label.split(":")[0] in ("chunks", "documents", "sections")
+    ]
+    assert len(items) == 9
+    exits = []
+    for i, write in items:
+        mutant, found, runs = fuzzer.judged(golden, write, 0, i)
+        assert [f.line() for f in found] == [], mutant.describe()
+        assert [r.name for r in runs][-1] == "verify"
+        exits.append({r.name: r.exit_code for r in runs})
+    assert all(e["verify"] == 1 for e in exits)  # each breaks a cross-element rule verify checks
+    assert any(e["inspect"] == 0 for e in exits)  # they got past the allowlist
+
+
+def test_enumerated_root_attribute_deletions_have_no_findings(fuzzer: PackFuzzer) -> None:
+    """Each root attribute of the golden pack deleted, digests restamped (bench/fuzz.py
+    --enumerate attribute-deletions runs every object's); verify names the required ones."""
+    golden = next(s for s in fuzzer.seeds if s.seed.name == GOLDEN.name)
+    items = [
+        (i, label, w)
+        for i, (label, w) in enumerate(attribute_deletions(golden.seed))
+        if label.startswith("attribute /@")
+    ]
+    assert len(items) >= 5
+    for i, label, write in items:
+        mutant, found, runs = fuzzer.judged(golden, write, 0, i)
+        assert [f.line() for f in found] == [], mutant.describe()
+        verify = next(r for r in runs if r.name == "verify")
+        if any(f"@{name} " in label for name in ("kbpack:kind", "kbpack:version", "description")):
+            assert verify.exit_code == 1 and "attribute-missing" in verify.stdout, label
 
 
 def children_of(pid: int) -> list[int]:

@@ -361,3 +361,218 @@ def test_a_bm25_parameter_that_is_not_a_number_is_one_line(tmp_path: Path) -> No
         assert r.returncode == 1, r.stderr
         assert r.stderr.count("\n") == 1
         assert f"{F.BM25} is damaged (attribute b is not a number)" in r.stderr
+
+
+def test_postings_offsets_out_of_range_are_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 42:1697: /bm25/indptr poked (digests rewritten to match); a term's
+    span asked numpy for an array 'too big' (ValueError) in query bm25 and hybrid."""
+    for value in (2**62, -3):
+        pack = Path(shutil.copy(GOLDEN, tmp_path / f"p{value}.kbpack"))
+
+        def poke(values: Any, v: int = value) -> None:
+            values[len(values) // 2] = v
+
+        rewrite(pack, F.BM25_INDPTR, poke)
+        for mode in ("bm25", "hybrid"):
+            r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf", cache=tmp_path / "c")
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.count("\n") == 1 and f"{F.BM25_INDPTR} is damaged" in r.stderr
+
+
+def shuffle_element_size(pack: Path, path: str, size: int) -> None:
+    """Set the element size that ``path``'s shuffle filter records in its object header
+    (format 2 packs use version-1 headers, which carry no checksum): the bytes of the filter
+    pipeline message's shuffle entry, found after the object's header address."""
+    import h5py
+
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[path].id).addr
+        itemsize = h[path].dtype.itemsize
+    data = bytearray(pack.read_bytes())
+    entry = b"\x02\x00\x08\x00\x01\x00\x01\x00shuffle\x00" + itemsize.to_bytes(4, "little")
+    at = data.find(entry, where)
+    assert 0 <= at - where < 1024, "the shuffle entry is not in this object's header"
+    data[at + 16 : at + 20] = size.to_bytes(4, "little")
+    pack.write_bytes(data)
+
+
+def test_a_shuffle_element_size_that_is_not_the_dtype_is_refused(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 41:3070: one flipped bit made /bm25/tf's shuffle element size 4100
+    instead of 4. HDF5 skipped the unshuffle, Fletcher-32 (over the compressed bytes) passed,
+    and query ranked by tf values of 0x01010101 with exit 0: a silent wrong answer. The
+    structure allowlist now refuses it, naming the element; verify reports it too."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    shuffle_element_size(pack, F.BM25_TF, 4100)
+    for mode in ("bm25", "hybrid"):
+        r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf", cache=tmp_path / "c")
+        assert r.returncode == 1, r.stdout
+        assert r.stderr.count("\n") == 1 and f"filter-pipeline {F.BM25_TF}: shuffle" in r.stderr
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1 and f"filter-pipeline {F.BM25_TF}" in r.stdout
+
+
+@pytest.mark.parametrize(("byte", "value"), [(1, 0x09), (10, 0x10)], ids=["big-endian", "16-bit"])
+def test_a_datatype_whose_bit_layout_is_not_the_spec_is_refused(
+    tmp_path: Path, byte: int, value: int
+) -> None:
+    """The class of 41:3070, found by looking for its siblings: one flipped bit in /bm25/tf's
+    datatype message (its byte order, or its precision 32 -> 16 bits) kept the dtype's kind
+    and size, so the allowlist let it through; HDF5 then converted every value (tf 1 read as
+    16777216) and query answered with exit 0. The file type must be the spec's little-endian
+    type exactly."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.BM25_TF].id).addr
+    data = bytearray(pack.read_bytes())
+    # version 1, class fixed-point, signed; 4 bytes; bit offset 0, precision 32
+    at = data.find(b"\x10\x08\x00\x00\x04\x00\x00\x00\x00\x00\x20\x00", where)
+    assert 0 <= at - where < 1024, "the datatype message is not in this object's header"
+    data[at + byte] = value
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf", cache=tmp_path / "c")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1 and f"wrong-dtype {F.BM25_TF}: " in r.stderr
+
+
+def test_a_chunk_missing_from_its_chunk_index_is_refused(tmp_path: Path) -> None:
+    """Also a sibling of 41:3070: the chunk index (no checksum in format 2's version-1 layout)
+    keys each chunk by its first row; one flipped bit there moved /bm25/tf's only chunk from
+    row 0 to row 642, HDF5 returned the fill value (zeros) for rows 0-641, and query was
+    refused only because HDF5 reported an uninitialised filter mask for a missing chunk. A
+    chunk missing from the index is damage naming the element (the mask is read with
+    read_direct_chunk since main's 2026-12-02 change, which HDF5 refuses for a chunk whose
+    storage is not allocated)."""
+    import struct
+
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        info = h[F.BM25_TF].id.get_chunk_info(0)
+        rows = h[F.BM25_TF].shape[0]
+    data = bytearray(pack.read_bytes())
+    # the index entry: size u32, filter mask u32, first row u64, 0 u64, then the address
+    address = struct.pack("<Q", info.byte_offset - F.USERBLOCK_SIZE)
+    at = data.find(struct.pack("<II", info.size, 0) + bytes(16) + address)
+    assert at > 0 and data.count(address) == 1
+    data[at + 8 : at + 16] = struct.pack("<Q", rows)
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1
+    assert f"{F.BM25_TF} is damaged (" in r.stderr and "not allocated" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [(F.CHUNKS, "kbpack:kind"), (F.BM25_TF, "description"), ("/", "kbpack:version")],
+)
+def test_a_required_attribute_deleted_is_a_verify_finding(
+    tmp_path: Path, path: str, name: str
+) -> None:
+    """bench/fuzz.py --enumerate attribute-deletions: with the digests restamped, verify passed
+    golden-pack copies missing an element's kbpack:kind, kbpack:version or description, which
+    spec §3 requires of every group and dataset (readers do without them)."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        del h[path].attrs[name]
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1, r.stdout
+    assert f"attribute-missing {path}: {name}: required (spec §3)" in r.stdout
+
+
+def test_a_chunk_index_with_phantom_entries_is_refused(tmp_path: Path) -> None:
+    """Found by flipping each bit of /bm25/tf's object header and B-tree node in turn (41:3070's
+    class): a flipped bit in the node's entry count (1 -> 3) gave the chunk index phantom
+    entries of size 0, and HDF5 read zeros for every row of /bm25/tf with no error; query bm25
+    answered exit 0 from them. The allowlist now requires one index entry per chunk of rows."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.BM25_TF].id).addr
+        assert h[F.BM25_TF].id.get_num_chunks() == 1
+    data = bytearray(pack.read_bytes())
+    # a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry
+    at = data.find(b"TREE\x01\x00\x01\x00", where)
+    assert 0 <= at - where < 1024, "the chunk index node is not near this object's header"
+    data[at + 6] = 3  # entries used
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert (
+        r.stderr.count("\n") == 1 and f"chunk-index {F.BM25_TF}: its chunk index holds" in r.stderr
+    )
+
+
+def test_vectors_narrower_than_the_query_vector_are_one_line(tmp_path: Path) -> None:
+    """A header bit-flip sweep of /vectors/data (14:40 UTC): one flipped bit in its dataspace
+    made the rows 128 numbers wide instead of 384, and hybrid query died with an internal
+    error (simsimd's 'Vector dimensions don't match'). The width is checked against the
+    query vector's, naming the element."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.VEC_DATA].id).addr
+        n, dims = h[F.VEC_DATA].shape
+    data = bytearray(pack.read_bytes())
+    # the dataspace message: rank 2, then the current sizes (n, dims) as 8-byte integers
+    at = data.find(n.to_bytes(8, "little") + dims.to_bytes(8, "little"), where)
+    assert 0 <= at - where < 256, "the dataspace is not in this object's header"
+    data[at + 8 : at + 16] = (dims - 256).to_bytes(8, "little")
+    pack.write_bytes(data)
+    r = kbpack("query", str(pack), "--threads", "1", "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1
+    assert f"{F.VEC_DATA} is damaged (rows of {dims - 256} numbers" in r.stderr
+
+
+@pytest.mark.parametrize("value", [[0], "0.5", float("nan")], ids=["array", "string", "nan"])
+def test_a_refusal_threshold_that_is_not_a_number_is_one_line(tmp_path: Path, value: Any) -> None:
+    """bench/fuzz.py packs 41:6029: /search@max_distance set to the array [0], digests
+    rewritten to match: float() raised TypeError in inspect and query, and verify passed."""
+    import h5py
+    import numpy as np
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h[F.SEARCH].attrs[F.SEARCH_MAX_DISTANCE] = (
+            np.array(value) if isinstance(value, list) else value
+        )
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    for args in (("inspect", str(pack)), ("query", str(pack), "--mode", "bm25", "--", "pypdf")):
+        r = kbpack(*args, cache=tmp_path / "c")
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and f"{F.SEARCH} is damaged" in r.stderr, r.stderr
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1 and f"attribute-invalid {F.SEARCH}: " in r.stdout
+
+
+def test_a_vocabulary_term_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 41:10672: /bm25/terms_blob poked (digests rewritten to match): the
+    spelling suggestions of a query word the vocabulary lacks decoded a neighbouring term and
+    raised UnicodeDecodeError (query bm25 and hybrid)."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+
+    def poke(values: Any) -> None:
+        at = bytes(values).find(b"merge")
+        assert at >= 0
+        values[at] = 0xFF  # "merge" -> "\xffrge" (the offsets, the order: unchanged enough)
+
+    rewrite(pack, F.BM25_TERMS_BLOB, poke)
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "merge", cache=tmp_path / "c")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.count("\n") == 1
+    assert f"{F.BM25_TERMS_BLOB} is damaged (a term is not valid UTF-8" in r.stderr, r.stderr

@@ -17,8 +17,9 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -157,11 +158,18 @@ class PackFuzzer:
         """Execution ``index`` of the run seeded ``run_seed``."""
         rng = random.Random(f"{run_seed}:{index}")
         s = rng.choice(self.seeds)
+        return self.judged(s, lambda out: mutate(s.seed, rng, out), run_seed, index)
+
+    def judged(
+        self, s: PackSeed, write: Callable[[Path], Mutant], run_seed: int, index: int
+    ) -> tuple[Mutant, list[Finding], list[CommandRun]]:
+        """The mutant ``write`` makes of ``s``, through the commands, judged. ``run_seed`` and
+        ``index`` name it in findings (and decide whether verify runs: ``verify_every``)."""
         target = self.scratch / "mutant.kbpack"
         # a new file (inode) each time: the first-open memo is keyed by path, size, mtime and
         # inode, and two mutants of one size can be written within one mtime tick
         target.unlink(missing_ok=True)
-        mutant = mutate(s.seed, rng, target)
+        mutant = write(target)
 
         def finding(kind: str, command: str, detail: str) -> Finding:
             return Finding(kind, run_seed, index, mutant.describe(), command, detail)
@@ -198,13 +206,56 @@ class PackFuzzer:
         progress: Callable[[FuzzResult], None] | None = None,
         deadline_s: float | None = None,
     ) -> FuzzResult:
-        result = FuzzResult("pack reader + verify")
+        indices = range(start, start + executions)
+        return self._loop(
+            ((i, partial(self.one, run_seed, i)) for i in indices),
+            run_seed,
+            progress,
+            deadline_s,
+        )
+
+    def enumerated(self, name: str) -> list[tuple[PackSeed, Callable[[Path], Mutant]]]:
+        """The items of the enumeration ``name`` for every seed, in the order they run."""
+        from kbpack.fuzz.pack_enumerations import ENUMERATIONS
+
+        return [(s, w) for s in self.seeds for _, w in ENUMERATIONS[name](s.seed)]
+
+    def run_enumerated(
+        self, name: str, progress: Callable[[FuzzResult], None] | None = None
+    ) -> FuzzResult:
+        """Every item of the enumeration ``name`` (``pack_enumerations.ENUMERATIONS``) of every
+        seed, each through every command (verify included); findings carry run seed 0 and the
+        item's number in this order."""
+        items = self.enumerated(name)
+        every, self.verify_every = self.verify_every, 1
+        try:
+            return self._loop(
+                ((i, partial(self.judged, s, w, 0, i)) for i, (s, w) in enumerate(items)),
+                0,
+                progress,
+                None,
+                target=f"pack reader + verify, enumeration {name}",
+            )
+        finally:
+            self.verify_every = every
+
+    def _loop(
+        self,
+        executions: Iterable[
+            tuple[int, Callable[[], tuple[Mutant, list[Finding], list[CommandRun]]]]
+        ],
+        run_seed: int,
+        progress: Callable[[FuzzResult], None] | None,
+        deadline_s: float | None,
+        target: str = "pack reader + verify",
+    ) -> FuzzResult:
+        result = FuzzResult(target)
         t0 = reported = time.monotonic()
-        for index in range(start, start + executions):
+        for index, execute in executions:
             if deadline_s is not None and time.monotonic() - t0 > deadline_s:
                 break
             try:
-                _, found, runs = self.one(run_seed, index)
+                _, found, runs = execute()
             except KeyboardInterrupt:  # stopped (Ctrl-C, or SIGTERM in bench/fuzz.py): report
                 result.interrupted = True
                 break

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from functools import cached_property
@@ -360,9 +361,14 @@ class PackReader:
     @cached_property
     def search_defaults(self) -> dict[str, Any]:
         a = self.attrs(F.SEARCH)
-        out: dict[str, Any] = {
-            "max_distance": float(a.get(F.SEARCH_MAX_DISTANCE, F.DEFAULT_MAX_DISTANCE))
-        }
+        raw = a.get(F.SEARCH_MAX_DISTANCE, F.DEFAULT_MAX_DISTANCE)
+        # digests rewritten to match, an array or a string is as consistent as a float
+        # (bench/fuzz.py packs 41:6029: [0] was a TypeError in inspect and query)
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise DamagedDataError(
+                self.where, F.SEARCH, f"its {F.SEARCH_MAX_DISTANCE} is not a finite number"
+            )
+        out: dict[str, Any] = {"max_distance": float(raw)}
         if F.SEARCH_CALIBRATION in a:
             with contextlib.suppress(ValueError):
                 out["calibration"] = json.loads(a[F.SEARCH_CALIBRATION])

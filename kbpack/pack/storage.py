@@ -58,6 +58,11 @@ UNCOMPRESSED = frozenset(
     }
 )
 
+# Elements a format-2 pack may hold with either pipeline (spec §1.1): packs written before
+# 2026-12-02 have them shuffled and deflated, later ones plain (the readers' check of the
+# pipeline, structure.py, accepts both).
+EITHER_WAY = frozenset({F.BM25_TERMS_BLOB, F.BM25_TERMS_OFFSETS, F.BM25_INDPTR, F.BM25_DOC_LEN})
+
 
 def checksummed(path: str) -> bool:
     """Whether format 2 stores ``path`` chunked with Fletcher-32 (every non-string dataset)."""
@@ -135,6 +140,7 @@ def data_spans(ds: Any) -> list[tuple[int, int]]:
 __all__ = [
     "CHUNK_BYTES",
     "DEFLATE_LEVEL",
+    "EITHER_WAY",
     "POSTINGS_CHUNK_BYTES",
     "checksummed",
     "chunk_shape",

@@ -19,6 +19,8 @@ from kbpack.pack import format as F
 
 ALLOWED_FILTERS = {1, 2, 3}  # H5Z_FILTER_DEFLATE, SHUFFLE, FLETCHER32
 FLETCHER32 = 3
+SHUFFLE = 2
+DEFLATE = 1
 _KIND_OF = {"str": "O", "i1": "i", "i4": "i", "i8": "i", "u1": "u", "f2": "f", "f8": "f"}
 
 
@@ -133,6 +135,78 @@ def _check_attrs(oid: Any, path: str) -> list[Finding]:
     return out
 
 
+def _file_type(dtype: str) -> Any:
+    """The HDF5 file type a pack stores for the spec's numeric ``dtype``."""
+    from h5py import h5t
+
+    return {
+        "i1": h5t.STD_I8LE,
+        "i4": h5t.STD_I32LE,
+        "i8": h5t.STD_I64LE,
+        "u1": h5t.STD_U8LE,
+        "f2": h5t.IEEE_F16LE,
+        "f8": h5t.IEEE_F64LE,
+    }[dtype]
+
+
+def _check_chunk_index(did: Any, dcpl: Any, path: str, shape: tuple[int, ...]) -> list[Finding]:
+    """A pack's writer writes every chunk of a chunked dataset, so its chunk index holds
+    exactly ceil(rows / chunk rows) entries. The index (a version-1 B-tree in format 2) has no
+    checksum: one flipped bit in a node's entry count gave /bm25/tf's index two phantom
+    entries of size 0, and HDF5 read zeros for every row with no error (bench/fuzz.py
+    packs 41:3070's class, found by flipping each bit of that object header in turn)."""
+    rows = dcpl.get_chunk()[0]
+    want = -(-shape[0] // rows) if rows else 0
+    got = did.get_num_chunks()
+    if got != want:
+        return [
+            Finding(
+                "chunk-index",
+                path,
+                f"its chunk index holds {got} chunks, {shape[0]} rows of {rows} need {want}",
+            )
+        ]
+    return []
+
+
+def _check_pipeline(
+    path: str, filters: list[Any], itemsize: int, format_version: int
+) -> list[Finding]:
+    """The filter pipeline in the object header, where neither Fletcher-32 (it checks the
+    chunks) nor an element digest (a query reads parts) reaches. One flipped bit there made
+    shuffle's element size 4100 instead of 4 (bench/fuzz.py, packs 41:3070): HDF5 then skips
+    the unshuffle, the checksum of the compressed bytes still passes, and a query ranked
+    by tf values of 0x01010101 without a word. Shuffle's element size must be the dtype's
+    (HDF5 always writes it so), and from format 2 the pipeline must be the spec's (§1.1)."""
+    from kbpack.pack.storage import EITHER_WAY, compressed
+
+    out = []
+    for code, _flags, params, _name in filters:
+        if code == SHUFFLE and tuple(params) != (itemsize,):
+            out.append(
+                Finding(
+                    "filter-pipeline",
+                    path,
+                    f"shuffle's element size {tuple(params)} is not the dtype's {itemsize} "
+                    "bytes: HDF5 would return the bytes unshuffled",
+                )
+            )
+    if format_version >= F.FIRST_CHECKSUMMED_FORMAT and path in F.ELEMENT_BY_PATH:
+        codes = [f[0] for f in filters]
+        deflated, plain = [SHUFFLE, DEFLATE, FLETCHER32], [FLETCHER32]
+        want = deflated if compressed(path) else plain
+        allowed = (deflated, plain) if path in EITHER_WAY else (want,)
+        if F.ELEMENT_BY_PATH[path].dtype != "str" and codes not in allowed and FLETCHER32 in codes:
+            out.append(
+                Finding(
+                    "filter-pipeline",
+                    path,
+                    f"filters {codes}: format {format_version} stores it with {want} (spec §1.1)",
+                )
+            )
+    return out
+
+
 def _check_dataset(
     did: Any, el: F.Element, counts: dict[str, int], file_size: int, format_version: int
 ) -> list[Finding]:
@@ -151,6 +225,18 @@ def _check_dataset(
             out.append(Finding("wrong-dtype", path, f"{dt}: must be variable-length UTF-8 strings"))
     elif dt.kind != want or dt.itemsize != np.dtype(el.dtype).itemsize:
         out.append(Finding("wrong-dtype", path, f"{dt}: must be {el.dtype}"))
+    elif not did.get_type().equal(_file_type(el.dtype)):
+        # kind and size agree, the bit layout does not: a flipped bit in the datatype message
+        # (byte order, precision, offset, float fields) makes HDF5 convert every value wrong,
+        # and Fletcher-32 (over the stored bytes) passes. Packs store little-endian only.
+        out.append(
+            Finding(
+                "wrong-dtype",
+                path,
+                f"{dt}: not the spec's little-endian {el.dtype} "
+                "(byte order, precision or bit layout differ)",
+            )
+        )
     shape = did.shape
     if len(shape) != el.ndim:
         out.append(Finding("wrong-shape", path, f"rank {len(shape)}, must be {el.ndim}"))
@@ -163,10 +249,14 @@ def _check_dataset(
             *out,
             Finding("external-storage", path, "raw data stored in another file is refused"),
         ]
-    codes = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+    codes = [f[0] for f in filters]
     for code in codes:
         if code not in ALLOWED_FILTERS:
             out.append(Finding("filter-not-allowed", path, f"HDF5 filter {code}"))
+    out.extend(_check_pipeline(path, filters, dt.itemsize, format_version))
+    if dcpl.get_layout() == h5d.CHUNKED:
+        out.extend(_check_chunk_index(did, dcpl, path, shape))
     checked = format_version >= F.FIRST_CHECKSUMMED_FORMAT and el.dtype != "str"
     if checked and FLETCHER32 not in codes:
         out.append(

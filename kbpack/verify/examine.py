@@ -188,6 +188,7 @@ class Examiner(
     def invariants(self, h: Any) -> None:
         self._run_checks(
             self._check_manifest_vs_root,
+            self._check_element_attributes,
             self._check_documents,
             self._check_sections,
             self._check_pages,

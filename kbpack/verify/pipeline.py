@@ -77,6 +77,8 @@ CODES: dict[str, str] = {
     "external-storage": "raw data stored in another file",
     "filter-not-allowed": "a filter other than deflate, shuffle, fletcher32",
     "checksum-missing": "a numeric dataset of format 2 or later without the Fletcher-32 filter",
+    "filter-pipeline": "filters out of the spec's order, or a shuffle HDF5 would misapply",
+    "chunk-index": "a chunk index that does not hold exactly one entry per chunk of rows",
     "count-mismatch": "a row count differs from the manifest's counts",
     "size-out-of-range": "a dataset declares more bytes than the file can hold",
     "hdf5-unreadable": "HDF5 cannot open or walk the file",
@@ -92,7 +94,8 @@ CODES: dict[str, str] = {
     "memory-limit": "an element needs more memory than the verify limit",
     # 5 invariants
     "manifest-mismatch": "manifest created/version differ from the root attributes",
-    "attribute-invalid": "a root attribute has a value the spec does not allow",
+    "attribute-invalid": "an attribute (root, /search, an element's kind) has a value the spec does not allow",
+    "attribute-missing": "an element lacks kbpack:kind, kbpack:version or description",
     "column-lengths": "the columns of one group have different lengths",
     "duplicate-name": "two documents have the same name",
     "status-invalid": "a document status other than ok, failed, skipped",
