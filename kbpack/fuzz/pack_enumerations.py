@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 from kbpack.fuzz.pack_mutations import (
     Mutant,
     Seed,
@@ -33,6 +31,7 @@ from kbpack.fuzz.pack_mutations import (
     _write_manifest,
     element_digests,
     restamp,
+    values_and_attrs,
 )
 from kbpack.pack import format as F
 
@@ -64,14 +63,7 @@ def _drop_rows(seed: Seed, key: str, where: str, label: str, out: Path) -> Mutan
         for el in F.ELEMENTS:
             if el.rows not in keys or el.path not in seed.datasets:
                 continue
-            ds = h[el.path]
-            attrs = dict(ds.attrs.items())
-            arr = ds[()]
-            if ds.dtype.kind == "O":
-                arr = np.array(
-                    [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in arr],
-                    dtype=object,
-                )
+            arr, attrs = values_and_attrs(h[el.path])
             kept = arr[1:] if where == "first" else arr[:-1] if where == "last" else arr[:0]
             _recreate(h, el.path, kept.copy(), attrs)
         digests = element_digests(h)

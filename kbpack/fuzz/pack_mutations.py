@@ -390,16 +390,20 @@ def _new_values(arr: np.ndarray, rng: random.Random) -> tuple[Any, str]:
     return arr, "unchanged"
 
 
-def rewrite_dataset(h: Any, seed: Seed, rng: random.Random) -> str:
-    path = rng.choice(seed.datasets)
-    ds = h[path]
-    attrs = dict(ds.attrs.items())
+def values_and_attrs(ds: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """A dataset's values (strings decoded, as ``_recreate`` writes them back) and attributes."""
     arr = ds[()]
     if ds.dtype.kind == "O":
         arr = np.array(
             [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in arr],
             dtype=object,
         )
+    return arr, dict(ds.attrs.items())
+
+
+def rewrite_dataset(h: Any, seed: Seed, rng: random.Random) -> str:
+    path = rng.choice(seed.datasets)
+    arr, attrs = values_and_attrs(h[path])
     values, what = _new_values(arr, rng)
     _recreate(h, path, values, attrs)
     return f"dataset {path}: {what}"

@@ -576,8 +576,15 @@ class PackReader:
     def dataset(self, path: str) -> Any:
         """The dataset (a ``CheckedDataset``: sliced like h5py's, and a damaged read names the
         element), for reading parts without reading it all."""
-        with hdf5_errors(self.where):
-            return CheckedDataset(self.h5[path], self.where, path, self.manifest.elements.get(path))
+        # one per path: a citation's part reads (``value``) and a restore's row reads come back
+        # to the same dataset, and each HDF5 chunk's filter mask is then checked once
+        key = f"dataset:{path}"
+        if key not in self._cache:
+            with hdf5_errors(self.where):
+                self._cache[key] = CheckedDataset(
+                    self.h5[path], self.where, path, self.manifest.elements.get(path)
+                )
+        return self._cache[key]
 
     def text(self, doc: int) -> str:
         """Canonical text of one document (one element read), checked against its SHA-256.
@@ -673,9 +680,12 @@ class PackReader:
         path: list[str] = []
         seen = 0
         s = section
-        while s >= 0 and self.value(F.SEC_PARENT, s) >= 0 and seen < 64:
+        while s >= 0 and seen < 64:
+            parent = self.value(F.SEC_PARENT, s)
+            if parent < 0:
+                break
             path.append(self.string_at(F.SEC_TITLE, s))
-            s = self.value(F.SEC_PARENT, s)
+            s = parent
             seen += 1
         return path[::-1]
 
