@@ -183,6 +183,11 @@ def test_top_k_equals_the_reference_on_a_zipf_corpus(k: int) -> None:
     texts = zipf_corpus(3000, 2000, seed=5)
     lookup, p = build(texts)
     baked = BM25Index(lookup, p.indptr, p.chunk, p.tf, p.doc_len)
+    # w0 is in more than half the chunks: its baked list carries a dense row, the same values
+    common, rare = baked.term_lists("w0 w1999")
+    assert common.row is not None and rare.row is None
+    assert np.flatnonzero(common.row).tolist() == common.ids.tolist()
+    assert common.row[common.ids].tolist() == common.contrib.tolist()
     rng = random.Random(9)
     for _ in range(40):
         query = " ".join(f"w{rng.choice([0, 1, 2, 3, 5, 8])}" for _ in range(3))
