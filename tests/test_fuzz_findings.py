@@ -576,3 +576,75 @@ def test_a_vocabulary_term_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout
     assert r.stderr.count("\n") == 1
     assert f"{F.BM25_TERMS_BLOB} is damaged (a term is not valid UTF-8" in r.stderr, r.stderr
+
+
+def test_every_group_attribute_deleted_fails_verify_unless_the_spec_lets_it_be_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/fuzz.py --enumerate attribute-deletions, the 15 left after the kind / version /
+    description fix: readers default dims, normalisation, stored_dtype, the piece rule and
+    weight, the embedded-text rule, max_distance, the copies rule and the pipeline version, so
+    verify was the only place to notice them gone, and passed. Now every attribute of every
+    group is required except the three the spec says how to read when absent."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.verify.pipeline import verify_pack
+    from kbpack.verify.report import HEADER
+
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "c"))
+    with h5py.File(GOLDEN, "r") as h:
+        groups = [p for p in ["/", *(f"/{k}" for k in h)] if isinstance(h[p], h5py.Group)]
+        names = [
+            (p, a)
+            for p in groups
+            for a in sorted(h[p].attrs)
+            if a not in (F.A_KIND, F.A_VERSION, F.A_DESCRIPTION)
+        ]
+    assert len(names) >= 30
+    passed = []
+    for path, name in names:
+        pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+        with h5py.File(pack, "r+") as h:
+            del h[path].attrs[name]
+            digests = element_digests(h)
+        restamp(pack, "elements", digests)
+        report = verify_pack(pack)
+        if report.intact:
+            passed.append(f"{path}@{name}")
+        else:
+            # a finding that names the element (or the header the root is compared with)
+            where = {f.path for f in report.findings}
+            assert where & {path, HEADER}, (path, name, report.findings)
+    assert sorted(passed) == [
+        f"{F.CHUNKS}@{F.CHUNKING}",
+        f"{F.MODEL}@{F.M_DOC_PREFIX}",
+        f"{F.MODEL}@{F.M_QUERY_PREFIX}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "value"),
+    [
+        (F.VECTORS, "normalisation", "cosine"),
+        (F.PIECES, "stored_dtype", "float32"),
+        (F.PIECES, F.PIECE_WEIGHT_ATTR, -1.0),
+        (F.VECTORS, "dims", 0),
+        (F.CHUNKS, F.CHUNK_HEADER_RULE, ""),
+    ],
+)
+def test_a_group_attribute_the_spec_does_not_allow_fails_verify(
+    tmp_path: Path, path: str, name: str, value: Any
+) -> None:
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h[path].attrs[name] = value
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    r = kbpack("verify", str(pack), cache=tmp_path / "c")
+    assert r.returncode == 1, r.stdout
+    assert f"attribute-invalid {path}: {name} {value!r}: must be" in r.stdout

@@ -20,6 +20,7 @@ from kbpack.pack.structure import Finding, check_structure
 from kbpack.verify.digests import ElementDigests
 from kbpack.verify.invariants.bm25 import Bm25Invariants
 from kbpack.verify.invariants.copies import CopyInvariants
+from kbpack.verify.invariants.group_attributes import GroupAttributeInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
 from kbpack.verify.invariants.row_digests import RowDigestInvariants
 from kbpack.verify.invariants.text import Invariants
@@ -131,6 +132,7 @@ class Examiner(
     VectorInvariants,
     PieceInvariants,
     CopyInvariants,
+    GroupAttributeInvariants,
     RowDigestInvariants,
     Bm25Invariants,
 ):
@@ -189,6 +191,7 @@ class Examiner(
         self._run_checks(
             self._check_manifest_vs_root,
             self._check_element_attributes,
+            self._check_group_attributes,
             self._check_documents,
             self._check_sections,
             self._check_pages,

@@ -95,7 +95,7 @@ CODES: dict[str, str] = {
     # 5 invariants
     "manifest-mismatch": "manifest created/version differ from the root attributes",
     "attribute-invalid": "an attribute (root, /search, an element's kind) has a value the spec does not allow",
-    "attribute-missing": "an element lacks kbpack:kind, kbpack:version or description",
+    "attribute-missing": "an element lacks kbpack:kind, kbpack:version, description or an attribute its section of the spec requires",
     "column-lengths": "the columns of one group have different lengths",
     "duplicate-name": "two documents have the same name",
     "status-invalid": "a document status other than ok, failed, skipped",

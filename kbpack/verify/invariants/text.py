@@ -12,7 +12,6 @@ from collections import Counter
 import numpy as np
 
 from kbpack.pack import format as F
-from kbpack.pack.digest import plain
 from kbpack.verify.exam_state import ExamState
 from kbpack.verify.report import HEADER
 
@@ -38,17 +37,6 @@ class Invariants(ExamState):
                     f"manifest {key} {self.manifest[key]!r} differs from the root attribute "
                     f"{attr} {root.get(attr)!r}",
                 )
-        if root.get(F.R_VECTORS) not in ("dense", "none"):
-            self.add("attribute-invalid", "/", f"{F.R_VECTORS} must be 'dense' or 'none'")
-        search = self.attrs.get(F.SEARCH, {})
-        limit = plain(search.get(F.SEARCH_MAX_DISTANCE, F.DEFAULT_MAX_DISTANCE))
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit != limit:
-            self.add("attribute-invalid", F.SEARCH, f"{F.SEARCH_MAX_DISTANCE} must be a number")
-        elif abs(limit) == float("inf"):
-            self.add("attribute-invalid", F.SEARCH, f"{F.SEARCH_MAX_DISTANCE} must be finite")
-        pipeline = plain(root.get(F.R_PIPELINE_VERSION, 0))
-        if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 0:
-            self.add("attribute-invalid", "/", f"{F.R_PIPELINE_VERSION} must be a whole number")
 
     def _check_element_attributes(self) -> None:
         """Spec §3: every group and dataset carries ``kbpack:kind`` (its element's kind),
