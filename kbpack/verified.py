@@ -7,6 +7,11 @@ SHA-256 of the pack's absolute path, size, modification time (ns) and manifest d
 SHA-256 of its HDF5 bytes, which the manifest states). A pack copied, replaced, touched or
 signed since is another key: it was not verified as it is now.
 
+A pack this kbpack has just written (build, update, merge, split, migrate) is remembered the
+same way: its bytes came from this machine's own data, not over a copy, so the hint right
+after a build was noise. A copy of it elsewhere (a USB stick, another folder) is another key,
+and gets the hint until it is verified there.
+
 Checking is a ``stat`` of the pack (its reader already parsed the manifest) and one of the
 marker: it never slows a query, and an unreadable or unwritable cache only means the
 hint is shown (or the pass not remembered), never an error.
@@ -57,10 +62,10 @@ def was_verified(pack: Path, manifest_sha256: str) -> bool:
         return False
 
 
-def remember_verified(pack: Path, key: str | None) -> bool:
+def remember_verified(pack: Path, key: str | None, event: str = "verified") -> bool:
     """Record a passing verify of ``pack``, whose :func:`identity` was ``key`` before the
     verify began (a pack replaced while it was verified is not recorded). False, silently, if
-    the cache is not writable."""
+    the cache is not writable. ``event`` names what is recorded in the marker."""
     if key is None or identity(pack) != key:
         return False
     with contextlib.suppress(OSError):
@@ -68,13 +73,18 @@ def remember_verified(pack: Path, key: str | None) -> bool:
         folder.mkdir(parents=True, exist_ok=True)
         note = {
             "path": str(pack.resolve()),
-            "verified": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+            event: dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         }
         tmp = folder / f".{key}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(note) + "\n", encoding="utf-8")
         os.replace(tmp, folder / key)
         return True
     return False
+
+
+def remember_written(pack: Path) -> bool:
+    """Record a pack this kbpack has just committed, as a passing verify is recorded."""
+    return remember_verified(pack, identity(pack), event="written")
 
 
 def hint(packs: list[Path]) -> str:
@@ -85,4 +95,4 @@ def hint(packs: list[Path]) -> str:
     return f"note: {which} not been verified on this machine; run {run} (a pass is remembered)"
 
 
-__all__ = ["hint", "identity", "remember_verified", "was_verified"]
+__all__ = ["hint", "identity", "remember_verified", "remember_written", "was_verified"]

@@ -41,6 +41,7 @@ from kbpack.pack.digest import (
 )
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.preflight import remember_parsed
+from kbpack.verified import remember_written
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
 from kbpack.pack.write_child import (
@@ -434,8 +435,10 @@ class PackWriter:
         except BaseException:
             self.abort()  # (nothing to undo once committed: a late signal is raised here)
             raise
-        if not self.intermediate:  # its own bytes: its first open needs no pre-flight
+        if not self.intermediate:
+            # its own bytes: its first open needs no pre-flight, and query no verify hint
             remember_parsed(self.out)
+            remember_written(self.out)
         return CommitResult(self.out, size, counts)
 
     def abort(self) -> None:
