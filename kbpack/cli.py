@@ -25,7 +25,8 @@ from kbpack.errors import Exit
 
 # The exit codes, once. README's table is checked against this (tests/test_cli_contract.py).
 EXIT: dict[Exit, str] = {
-    Exit.OK: "success (a query with results, an intact pack, identical packs)",
+    Exit.OK: "success (a query with results, an intact pack, identical packs; also a command "
+    "whose stdout is closed early by its reader, as `head` does: nothing is printed)",
     Exit.FAILURE: "failure: verify findings, diff differences, a build with no document (unless "
     "`--allow-empty`), a failed or skipped document with `--strict` (files of unsupported types "
     "aside), a damaged pack, a failed "
@@ -126,6 +127,11 @@ class LazyGroup(click.Group):
             where = e.ctx.command_path if e.ctx else "kbpack"
             raise CommandError(f"{e.format_message()} (see {where} --help)", Exit.USAGE) from e
         except OSError as e:  # an ordinary I/O fault (read-only folder, disk full): one line
+            if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+                # ``| head`` has what it wanted: not an error (click would exit 1); later
+                # flushes, Python's at exit included, go to /dev/null
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return Exit.OK
             message, code = os_error_line(e)
             raise CommandError(message, code) from e
         except KeyboardInterrupt as e:
@@ -136,6 +142,19 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end was closed (poll says POLLERR), as opposed to
+    some other pipe breaking (a sandbox child's), which stays an error."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (tests capture it)
+        return False
 
 
 class CommandError(click.ClickException):

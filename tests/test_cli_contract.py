@@ -8,6 +8,7 @@ it is checked by every test here. A command that truly cannot print JSON goes in
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -316,3 +317,29 @@ def test_completion_script_and_completions(capfd: pytest.CaptureFixture[str]) ->
         check=False,
     )
     assert r.stdout.splitlines() == ["plain,--mode", "plain,--model"], r.stderr
+
+
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path: Path) -> None:
+    """``kbpack query --batch ... | head``: the reader closing the pipe used to end the command
+    with "kbpack: error: kbpack: Broken pipe; check the path and the disk" and exit 1."""
+    import shutil
+    import subprocess
+    import sys
+
+    pack = shutil.copy(ROOT / "fixtures" / "golden" / "v2.kbpack", tmp_path / "p.kbpack")
+    batch = tmp_path / "q.txt"  # ~160 KB of answers: more than a pipe holds (64 KiB)
+    batch.write_text("".join(f"pump seal reset {i}\n" for i in range(400)))
+    argv = ["query", str(pack), "--batch", str(batch), "--mode", "bm25", "-q"]
+    env = {**os.environ, "KBPACK_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbpack", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10)  # the first bytes, then the reader goes away
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == Exit.OK, err
+    assert err == ""

@@ -41,7 +41,6 @@ from kbpack.pack.digest import (
 )
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.preflight import remember_parsed
-from kbpack.verified import remember_written
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
 from kbpack.pack.write_child import (
@@ -56,6 +55,7 @@ from kbpack.pack.write_child import (
     write_failure,
 )
 from kbpack.pieces import PIECE_RULE, PIECE_WEIGHT
+from kbpack.verified import remember_written
 
 BLOCK_ROWS = 65536
 
