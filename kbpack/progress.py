@@ -74,7 +74,9 @@ class Progress:
             return
         now = time.monotonic()
         start = self._started.setdefault(stage, now)
-        if not force and now - self._last < 0.1:
+        # at most ten redraws a second, but the last step of a stage always shows (a fast
+        # stage's "1/1" was skipped when it came within 0.1 s of the line before)
+        if not force and now - self._last < 0.1 and not (total and done >= total):
             return
         self._last = now
         elapsed = now - start
