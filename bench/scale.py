@@ -91,7 +91,10 @@ def first_open_times(path: Path, repeat: int) -> dict[str, Any]:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
 
-    first, second, first_cpu, second_cpu = [], [], [], []
+    first: list[float] = []
+    second: list[float] = []
+    first_cpu: list[float] = []
+    second_cpu: list[float] = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "KBPACK_CACHE_DIR": cache}  # nothing remembered yet
