@@ -106,3 +106,33 @@ def test_a_lost_interrupt_prints_no_traceback() -> None:
     other = Info(ValueError("x"))
     hook(other)
     assert seen == [other]
+
+
+def test_signing_ones_own_build_keeps_what_this_machine_remembers_of_it(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack built here opens without the pre-flight and queries without the verify hint;
+    signing it (header only, HDF5 bytes hashed first) used to lose both, since the file's
+    times changed. A pack this machine knows nothing of learns nothing by being signed."""
+    from kbpack.pack.manifest import read_header
+    from kbpack.pack.preflight import is_remembered_clean
+    from kbpack.verified import was_verified
+
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# A\n\nthe first text\n")
+    pack = tmp_path / "a.kbpack"
+    assert run(capfd, "build", str(src), "-o", str(pack), "--no-vectors", "-q")[0] == 0
+    stranger = tmp_path / "copy.kbpack"
+    stranger.write_bytes(pack.read_bytes())  # another file: nothing remembered of it
+    assert run(capfd, "keygen", "-o", str(tmp_path / "team"))[0] == 0
+    for p in (pack, stranger):
+        assert run(capfd, "sign", str(p), "--key", str(tmp_path / "team.key"))[0] == 0
+        header = read_header(p)
+        assert header.signature is not None
+        known = p == pack
+        assert is_remembered_clean(p, header) is known
+        assert was_verified(p, header.manifest.hdf5_sha256) is known
+    code, _, err = run(capfd, "query", str(pack), "first", "--mode", "bm25")
+    assert code == 0 and err == ""

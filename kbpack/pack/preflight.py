@@ -172,6 +172,14 @@ def is_remembered(path: Path, header: Header) -> bool:
         return False
 
 
+def is_remembered_clean(path: Path, header: Header) -> bool:
+    """Whether this state of ``path`` is remembered as clean (not merely survived)."""
+    try:
+        return _recall(memo_key(path, header)) is True
+    except OSError:
+        return False
+
+
 def check_parses(path: Path, header: Header, file_size: int) -> bool:
     """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
     docstring); return at once for a pack already checked on this machine.

@@ -193,10 +193,22 @@ def sign_pack(pack: Path, secret_key: Path) -> str:
         "key_id": kid,
         "signature": base64.b64encode(key.sign(header.manifest_bytes)).decode("ascii"),
     }
+    # What this machine remembers of the pack (parsed safely; written or verified here) holds
+    # for its signed state too: the HDF5 bytes, hashed just above, do not change. Without
+    # this, signing one's own build brought back the first-open pre-flight and the query hint.
+    from kbpack.pack.preflight import is_remembered_clean, remember_parsed
+    from kbpack.verified import identity, remember_verified, was_verified
+
+    parsed = is_remembered_clean(pack, header)
+    trusted = was_verified(pack, header.manifest.hdf5_sha256)
     try:
         write_header(pack, encode_header(header.manifest_bytes, record))
     except OSError as e:
         raise PackError(f"{pack}: cannot write the signature: {e.strerror or e}") from e
+    if parsed:
+        remember_parsed(pack)
+    if trusted:
+        remember_verified(pack, identity(pack), event="signed")
     return kid
 
 
