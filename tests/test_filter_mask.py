@@ -54,7 +54,18 @@ def test_a_skipped_filter_is_refused_by_query(element: str, bit: int, tmp_path: 
     pack.write_bytes(bytes(data))
     code, out, err = run("query", str(pack), QUERY, "--mode", "bm25", "--json", "-q")
     assert (code, out) == (1, ""), (code, out == intact)
+    # refused at the first open, by the structure check of every chunk index entry
     assert err.splitlines() == [
-        f"kbpack: error: {pack}: {element} is damaged (chunk at row 0: its filter mask "
-        f"{1 << bit:#x} skips a filter); run kbpack verify {pack}, then copy the pack again"
+        f"kbpack: error: {pack}: refused: chunk-index {element}: its chunk index entry at row "
+        f"0 skips filters (mask {1 << bit:#x})"
     ]
+    # and by the part read itself where that check does not run (a remembered state)
+    from kbpack.pack.read import DamagedDataError, PackReader
+
+    with PackReader(pack, check_structure_=False) as reader:
+        with pytest.raises(DamagedDataError) as e:
+            reader.dataset(element)[0:3]
+    assert str(e.value) == (
+        f"{pack}: {element} is damaged (chunk at row 0: its filter mask "
+        f"{1 << bit:#x} skips a filter); run kbpack verify {pack}, then copy the pack again"
+    )

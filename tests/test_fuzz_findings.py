@@ -462,7 +462,14 @@ def test_a_chunk_missing_from_its_chunk_index_is_refused(tmp_path: Path) -> None
     r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
     assert r.returncode == 1, r.stdout
     assert r.stderr.count("\n") == 1
-    assert f"{F.BM25_TF} is damaged (" in r.stderr and "not allocated" in r.stderr, r.stderr
+    # the first open's structure check refuses the entry (since 61:11726's fix) ...
+    assert f"chunk-index {F.BM25_TF}: its chunk index entry at row {rows} is not" in r.stderr
+    # ... and a part read without that check still refuses the missing chunk itself
+    from kbpack.pack.read import DamagedDataError, PackReader
+
+    with PackReader(pack, check_structure_=False) as reader:
+        with pytest.raises(DamagedDataError, match="not allocated"):
+            reader.dataset(F.BM25_TF)[0:5]
 
 
 @pytest.mark.parametrize(
@@ -648,3 +655,77 @@ def test_a_group_attribute_the_spec_does_not_allow_fails_verify(
     r = kbpack("verify", str(pack), cache=tmp_path / "c")
     assert r.returncode == 1, r.stdout
     assert f"attribute-invalid {path}: {name} {value!r}: must be" in r.stdout
+
+
+def test_vector_data_deleted_from_a_dense_pack_is_refused_and_a_verify_finding(
+    tmp_path: Path,
+) -> None:
+    """bench/fuzz.py packs 61:420: /vectors/data deleted and the element digests restamped
+    (the manifest no longer lists it); verify said "intact" with 0 vectors while query failed
+    on a KeyError. A dense root requires /vectors, /vectors/data and /model."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        del h[F.VEC_DATA]
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    line = f"missing-element {F.VEC_DATA}: required when the root says kbpack:vectors = 'dense'"
+    r = kbpack("verify", str(pack), cache=tmp_path / "c1")
+    assert r.returncode == 1 and line in r.stdout, r.stdout
+    r = kbpack("query", str(pack), "--", "pump seal", cache=tmp_path / "c2")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and line in r.stderr, r.stderr
+
+
+def test_a_chunk_index_entry_hdf5_would_crash_on_is_refused(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 61:11726: 8 bytes overwritten with 0x4000000000000000 in the chunk
+    index of /sections/to (the entry's size became 0, its filter mask 0x40000000). The first
+    open's checks passed and `export --what sections` died with SIGSEGV inside HDF5 2.0, in
+    the whole-column read whose digest would have caught it. The first open now checks every
+    index entry (rows, mask, size, bytes inside the file)."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.SEC_TO].id).addr
+        assert h[F.SEC_TO].id.get_num_chunks() == 1
+    data = bytearray(pack.read_bytes())
+    # a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry; its
+    # first key (chunk size u32, filter mask u32, offsets) follows the 24-byte node header
+    at = data.find(b"TREE\x01\x00\x01\x00", where)
+    assert 0 <= at - where < 1024, "the chunk index node is not near this object's header"
+    data[at + 24 : at + 32] = (0x4000000000000000).to_bytes(8, "little")
+    pack.write_bytes(data)
+    r = kbpack("export", str(pack), "--what", "sections", cache=tmp_path)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1
+    assert f"chunk-index {F.SEC_TO}: its chunk index entry at row 0 skips filters" in r.stderr
+
+
+def test_a_damaged_root_btree_sibling_is_one_line_and_a_verify_finding(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 61:13322 (one flipped bit, hashes restamped): every read worked, but
+    inspect's `visititems` (H5Ovisit computes each object's header info, walking the root's
+    symbol table B-tree to its siblings) failed with an internal error, and verify passed the
+    pack. Here: the right-sibling address of the root group's B-tree node (bytes 16-23 of the
+    node), the only bits of the golden pack's root node with that effect (a sweep of its
+    4,800 single-bit flips)."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        root = F.USERBLOCK_SIZE + h5py.h5o.get_info(h.id).addr
+    data = bytearray(pack.read_bytes())
+    at = data.find(b"TREE\x00", root)  # the root group's node (type 0: group nodes)
+    assert 0 <= at - root < 256
+    data[at + 16] ^= 1
+    pack.write_bytes(data)
+    restamp(pack, "bytes")
+    r = kbpack("inspect", str(pack), cache=tmp_path / "c1")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "internal error" not in r.stderr and "unreadable-object /:" in r.stderr
+    r = kbpack("verify", str(pack), cache=tmp_path / "c2")
+    assert r.returncode == 1 and "unreadable-object /:" in r.stdout, r.stdout

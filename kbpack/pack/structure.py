@@ -81,8 +81,34 @@ def check_structure(
     for el in F.ELEMENTS:
         if el.path not in found and not el.optional and el.since <= format_version:
             findings.append(Finding("missing-element", el.path, "required by the spec"))
-    findings.extend(_check_attrs(h5o.open(h.id, b"/"), "/"))
+    if _root_says_dense(h):
+        # optional in a BM25-only pack, required in a dense one: with /vectors/data deleted
+        # (digests restamped) verify passed and query failed on a KeyError (bench/fuzz.py 61:420)
+        for path in (F.VECTORS, F.VEC_DATA, F.MODEL):
+            if path not in found:
+                why = "required when the root says kbpack:vectors = 'dense' (spec §3.5, §3.6)"
+                findings.append(Finding("missing-element", path, why))
+    root = h5o.open(h.id, b"/")
+    try:
+        # the root's own info walks its symbol table and attribute indexes, which no read
+        # above touches: a damaged B-tree node there failed only inspect (bench/fuzz.py 61:13322)
+        h5o.get_info(root)
+    except Exception as e:
+        findings.append(Finding("unreadable-object", "/", describe(e)))
+    findings.extend(_check_attrs(root, "/"))
     return findings
+
+
+def _root_says_dense(h: Any) -> bool:
+    """Whether the root's ``kbpack:vectors`` is "dense" (False when it cannot be read: the
+    attribute checks report that)."""
+    try:
+        value = h.attrs.get(F.R_VECTORS)
+    except Exception:
+        return False
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return bool(value == "dense")
 
 
 def _check_object(
@@ -149,12 +175,20 @@ def _file_type(dtype: str) -> Any:
     }[dtype]
 
 
-def _check_chunk_index(did: Any, dcpl: Any, path: str, shape: tuple[int, ...]) -> list[Finding]:
+def _check_chunk_index(
+    did: Any, dcpl: Any, path: str, shape: tuple[int, ...], file_size: int
+) -> list[Finding]:
     """A pack's writer writes every chunk of a chunked dataset, so its chunk index holds
     exactly ceil(rows / chunk rows) entries. The index (a version-1 B-tree in format 2) has no
     checksum: one flipped bit in a node's entry count gave /bm25/tf's index two phantom
     entries of size 0, and HDF5 read zeros for every row with no error (bench/fuzz.py
-    packs 41:3070's class, found by flipping each bit of that object header in turn)."""
+    packs 41:3070's class, found by flipping each bit of that object header in turn).
+
+    Each entry must also be one the writer could have made: its rows in range and aligned, a
+    filter mask of 0 (it skips no filter), a size > 0 (a Fletcher-32 chunk has at least its 4
+    checksum bytes) and its bytes inside the file. One overwritten entry of /sections/to (size
+    0, mask 0x40000000) made HDF5 2.0 crash with SIGSEGV on the whole-column read that checks
+    the digest (bench/fuzz.py packs 61:11726): the first open must refuse it first."""
     rows = dcpl.get_chunk()[0]
     want = -(-shape[0] // rows) if rows else 0
     got = did.get_num_chunks()
@@ -166,6 +200,30 @@ def _check_chunk_index(did: Any, dcpl: Any, path: str, shape: tuple[int, ...]) -
                 f"its chunk index holds {got} chunks, {shape[0]} rows of {rows} need {want}",
             )
         ]
+    if not got:
+        return []
+    entries: list[Any] = []
+    did.chunk_iter(entries.append)
+    seen: set[int] = set()
+    for e in entries:
+        first = int(e.chunk_offset[0])
+        where = f"its chunk index entry at row {first}"
+        if first % rows or not 0 <= first < shape[0] or first in seen:
+            return [Finding("chunk-index", path, f"{where} is not a chunk of its rows")]
+        seen.add(first)
+        if e.filter_mask:
+            return [
+                Finding("chunk-index", path, f"{where} skips filters (mask {e.filter_mask:#x})")
+            ]
+        end = int(e.byte_offset) + int(e.size)
+        if e.size <= 0 or int(e.byte_offset) < F.USERBLOCK_SIZE or end > file_size:
+            return [
+                Finding(
+                    "chunk-index",
+                    path,
+                    f"{where} points at bytes {e.byte_offset}..{end}, outside the file's data",
+                )
+            ]
     return []
 
 
@@ -256,7 +314,7 @@ def _check_dataset(
             out.append(Finding("filter-not-allowed", path, f"HDF5 filter {code}"))
     out.extend(_check_pipeline(path, filters, dt.itemsize, format_version))
     if dcpl.get_layout() == h5d.CHUNKED:
-        out.extend(_check_chunk_index(did, dcpl, path, shape))
+        out.extend(_check_chunk_index(did, dcpl, path, shape, file_size))
     checked = format_version >= F.FIRST_CHECKSUMMED_FORMAT and el.dtype != "str"
     if checked and FLETCHER32 not in codes:
         out.append(
