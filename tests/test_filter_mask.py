@@ -62,9 +62,8 @@ def test_a_skipped_filter_is_refused_by_query(element: str, bit: int, tmp_path: 
     # and by the part read itself where that check does not run (a remembered state)
     from kbpack.pack.read import DamagedDataError, PackReader
 
-    with PackReader(pack, check_structure_=False) as reader:
-        with pytest.raises(DamagedDataError) as e:
-            reader.dataset(element)[0:3]
+    with PackReader(pack, check_structure_=False) as reader, pytest.raises(DamagedDataError) as e:
+        reader.dataset(element)[0:3]
     assert str(e.value) == (
         f"{pack}: {element} is damaged (chunk at row 0: its filter mask "
         f"{1 << bit:#x} skips a filter); run kbpack verify {pack}, then copy the pack again"

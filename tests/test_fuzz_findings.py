@@ -467,9 +467,11 @@ def test_a_chunk_missing_from_its_chunk_index_is_refused(tmp_path: Path) -> None
     # ... and a part read without that check still refuses the missing chunk itself
     from kbpack.pack.read import DamagedDataError, PackReader
 
-    with PackReader(pack, check_structure_=False) as reader:
-        with pytest.raises(DamagedDataError, match="not allocated"):
-            reader.dataset(F.BM25_TF)[0:5]
+    with (
+        PackReader(pack, check_structure_=False) as reader,
+        pytest.raises(DamagedDataError, match="not allocated"),
+    ):
+        reader.dataset(F.BM25_TF)[0:5]
 
 
 @pytest.mark.parametrize(
