@@ -498,21 +498,27 @@ def test_a_required_attribute_deleted_is_a_verify_finding(
     assert f"attribute-missing {path}: {name}: required (spec §3)" in r.stdout
 
 
+def chunk_index_node(tmp_path: Path, element: str) -> tuple[Path, bytearray, int]:
+    """A copy of the golden pack, its bytes, and the offset of ``element``'s chunk index node:
+    a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry."""
+    import h5py
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r") as h:
+        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[element].id).addr
+        assert h[element].id.get_num_chunks() == 1
+    data = bytearray(pack.read_bytes())
+    at = data.find(b"TREE\x01\x00\x01\x00", where)
+    assert 0 <= at - where < 1024, "the chunk index node is not near this object's header"
+    return pack, data, at
+
+
 def test_a_chunk_index_with_phantom_entries_is_refused(tmp_path: Path) -> None:
     """Found by flipping each bit of /bm25/tf's object header and B-tree node in turn (41:3070's
     class): a flipped bit in the node's entry count (1 -> 3) gave the chunk index phantom
     entries of size 0, and HDF5 read zeros for every row of /bm25/tf with no error; query bm25
     answered exit 0 from them. The allowlist now requires one index entry per chunk of rows."""
-    import h5py
-
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
-    with h5py.File(pack, "r") as h:
-        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.BM25_TF].id).addr
-        assert h[F.BM25_TF].id.get_num_chunks() == 1
-    data = bytearray(pack.read_bytes())
-    # a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry
-    at = data.find(b"TREE\x01\x00\x01\x00", where)
-    assert 0 <= at - where < 1024, "the chunk index node is not near this object's header"
+    pack, data, at = chunk_index_node(tmp_path, F.BM25_TF)
     data[at + 6] = 3  # entries used
     pack.write_bytes(data)
     r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
@@ -687,17 +693,8 @@ def test_a_chunk_index_entry_hdf5_would_crash_on_is_refused(tmp_path: Path) -> N
     open's checks passed and `export --what sections` died with SIGSEGV inside HDF5 2.0, in
     the whole-column read whose digest would have caught it. The first open now checks every
     index entry (rows, mask, size, bytes inside the file)."""
-    import h5py
-
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
-    with h5py.File(pack, "r") as h:
-        where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.SEC_TO].id).addr
-        assert h[F.SEC_TO].id.get_num_chunks() == 1
-    data = bytearray(pack.read_bytes())
-    # a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry; its
-    # first key (chunk size u32, filter mask u32, offsets) follows the 24-byte node header
-    at = data.find(b"TREE\x01\x00\x01\x00", where)
-    assert 0 <= at - where < 1024, "the chunk index node is not near this object's header"
+    pack, data, at = chunk_index_node(tmp_path, F.SEC_TO)
+    # the node's first key (chunk size u32, filter mask u32, offsets) follows its 24-byte header
     data[at + 24 : at + 32] = (0x4000000000000000).to_bytes(8, "little")
     pack.write_bytes(data)
     r = kbpack("export", str(pack), "--what", "sections", cache=tmp_path)
