@@ -728,3 +728,58 @@ def test_a_damaged_root_btree_sibling_is_one_line_and_a_verify_finding(tmp_path:
     assert "internal error" not in r.stderr and "unreadable-object /:" in r.stderr
     r = kbpack("verify", str(pack), cache=tmp_path / "c2")
     assert r.returncode == 1 and "unreadable-object /:" in r.stdout, r.stdout
+
+
+def test_bm25_parameters_outside_verifys_rule_are_one_line(tmp_path: Path) -> None:
+    """bench/fuzz.py packs 71:17303: /bm25@b = 256 with the attribute digest restamped (a
+    number, finite): length norms went negative and hybrid query died with an internal
+    error ("BM25 scores are never negative"). The reader applies verify's rule."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        h[F.BM25].attrs[F.BM25_B] = 256.0
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    for mode in ("bm25", "hybrid"):
+        r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf merge", cache=tmp_path / mode)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert f"{F.BM25} is damaged (k1=1.2, b=256.0: need k1 > 0, 0 <= b <= 1)" in r.stderr
+
+
+def test_an_embedded_model_the_file_lost_is_refused_not_ignored(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """bench/fuzz.py packs 70:17959: 4 bytes overwritten in /model's header lost the link to
+    /model/gguf; query answered BM25-only with "the pack was built with tiny-a, which is not
+    the default model" as if the pack embedded no model (exit 0, the damage unsaid). An
+    optional element the manifest counts rows of must be in the file."""
+    import h5py
+
+    from kbpack.fuzz.pack_mutations import element_digests, restamp
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# Pump\n\nHold the reset button to clear the pump seal alarm.\n")
+    pack = tmp_path / "p.kbpack"
+    r = kbpack(
+        "build",
+        str(src),
+        "-o",
+        str(pack),
+        "--model",
+        str(tiny_model),
+        "--embed-model",
+        "-q",
+        cache=tmp_path / "c0",
+    )
+    assert r.returncode == 0, r.stderr
+    with h5py.File(pack, "r+") as h:
+        del h[F.MODEL_GGUF]
+        digests = element_digests(h)
+    restamp(pack, "elements", digests)
+    r = kbpack("query", str(pack), "--", "pump seal", cache=tmp_path / "c1")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"missing-element {F.MODEL_GGUF}: the manifest counts" in r.stderr

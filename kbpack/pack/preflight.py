@@ -62,8 +62,8 @@ def _h5py_lock() -> Any:
 
 # Part of the memo key: bump when what the child checks changes (the structure allowlist of
 # structure.py included), so that a pack checked under the old rules is checked again.
-MEMO_RULES = 6  # 3: filter pipeline; 4: file datatype; 5: chunk index count; 6: root info,
-# chunk index entries, the vectors of a dense pack (structure.py)
+MEMO_RULES = 7  # 3: filter pipeline; 4: file datatype; 5: chunk index count; 6: root info,
+# chunk index entries, the vectors of a dense pack; 7: counted optional elements (structure.py)
 
 
 def memo_key(path: Path, header: Header) -> str:

@@ -415,6 +415,12 @@ class PackReader:
             if not np.isfinite(value):
                 raise DamagedDataError(self.where, F.BM25, f"attribute {name} is not finite")
             out.append(float(value))
+        # verify's rule (bm25-params): outside it length norms go negative and so do scores
+        # (bench/fuzz.py packs 71:17303, b = 256: an internal error in hybrid fusion)
+        if not (out[0] > 0 and 0 <= out[1] <= 1):
+            raise DamagedDataError(
+                self.where, F.BM25, f"k1={out[0]!r}, b={out[1]!r}: need k1 > 0, 0 <= b <= 1"
+            )
         return out[0], out[1]
 
     # -- data --------------------------------------------------------------------------------

@@ -81,6 +81,14 @@ def check_structure(
     for el in F.ELEMENTS:
         if el.path not in found and not el.optional and el.since <= format_version:
             findings.append(Finding("missing-element", el.path, "required by the spec"))
+    for el in F.ELEMENTS:
+        # an optional element the manifest counts rows of must be there: with
+        # /model/gguf's link lost (4 bytes overwritten) query fell back to "not the default
+        # model" as if the pack embedded none (bench/fuzz.py packs 70:17959)
+        rows = counts.get(el.rows, 0) if el.rows in _OPTIONAL_COUNTS else 0
+        if el.path not in found and isinstance(rows, int) and rows > 0:
+            why = f"the manifest counts {rows} {el.rows}, the rows of this element"
+            findings.append(Finding("missing-element", el.path, why))
     if _root_says_dense(h):
         # optional in a BM25-only pack, required in a dense one: with /vectors/data deleted
         # (digests restamped) verify passed and query failed on a KeyError (bench/fuzz.py 61:420)
@@ -97,6 +105,12 @@ def check_structure(
         findings.append(Finding("unreadable-object", "/", describe(e)))
     findings.extend(_check_attrs(root, "/"))
     return findings
+
+
+# counts that only optional elements have rows of (pieces, copies, the embedded model, ...)
+_OPTIONAL_COUNTS = {e.rows for e in F.ELEMENTS if e.optional} - {
+    e.rows for e in F.ELEMENTS if not e.optional
+}
 
 
 def _root_says_dense(h: Any) -> bool:
