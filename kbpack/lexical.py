@@ -473,7 +473,9 @@ def term_scores(
     if hi <= lo:
         return _empty()
     ids = np.asarray(chunk[lo:hi])
-    f = np.asarray(tf[lo:hi]).astype(np.float64)
+    raw = np.asarray(tf[lo:hi])
+    _check_counts(raw, tf)
+    f = raw.astype(np.float64)
     df = hi - lo if df is None else df
     weight = idf_weights(np.array([df]), n, k1)[0]
     # weight * f / (f + norm), in place: the same float operations as BM25Index's (so the same
@@ -551,6 +553,8 @@ def read_term_lists(
         # a pack's datasets (kbpack.pack.read.CheckedDataset): every span in one read each
         ids, counts = chunk.read_spans(some), tf.read_spans(some)
         _check_chunk_rows(ids, n, chunk)
+        for c in counts:
+            _check_counts(c, tf)
         lists = [
             TermList(*term_scores(0, len(i), i, c, n, norms, k1))
             for i, c in zip(ids, counts, strict=True)
@@ -630,7 +634,9 @@ class BM25Index:
         self.chunk = np.asarray(chunk[:], dtype=np.int32)
         df = np.diff(self.indptr)
         weight = idf_weights(df, self.n, k1)
-        f = np.asarray(tf[:], dtype=np.float64)
+        raw = np.asarray(tf[:])
+        _check_counts(raw, tf)
+        f = raw.astype(np.float64)
         norms = length_norms(doc_len, k1, b)
         self.contrib = np.repeat(weight, df) * f / (f + norms[self.chunk])
         self._rows: dict[str, int | None] = {}
@@ -680,6 +686,19 @@ class BM25Index:
                 self._rows.clear()
             row = self._rows[term] = self.lookup.find(term)
             return row
+
+
+def _check_counts(counts: np.ndarray, tf: Any) -> None:
+    """A posting's term frequency is at least 1 (spec §3.7). Values rewritten with valid
+    checksums and restamped digests (bench/fuzz.py packs 70:30117) gave negative scores and an
+    internal error in hybrid fusion: one line naming the element instead."""
+    if counts.size and int(counts.min()) < 1:
+        from kbpack.pack.read import DamagedDataError
+
+        where = getattr(tf, "_where", "the pack")
+        element = getattr(tf, "element", "/bm25/tf")
+        bad = int(counts[counts < 1][0])
+        raise DamagedDataError(where, element, f"a posting's term frequency is {bad}, below 1")
 
 
 def _check_chunk_rows(ids: list[np.ndarray], n: int, chunk: Any) -> None:

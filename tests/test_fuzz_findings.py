@@ -783,3 +783,21 @@ def test_an_embedded_model_the_file_lost_is_refused_not_ignored(
     r = kbpack("query", str(pack), "--", "pump seal", cache=tmp_path / "c1")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert f"missing-element {F.MODEL_GGUF}: the manifest counts" in r.stderr
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_a_term_frequency_below_one_is_one_line(tmp_path: Path, mode: str) -> None:
+    """bench/fuzz.py packs 70:30117: /bm25/tf values poked (digests restamped, so the whole
+    column passes its digest and part reads their checksums): a negative frequency gave
+    negative scores and hybrid query an internal error. Spec §3.7: tf >= 1."""
+    import numpy as np
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+
+    def poke(values: np.ndarray) -> None:
+        values[:] = -1  # every posting: whichever terms the query reads
+
+    rewrite(pack, F.BM25_TF, poke)
+    r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf merge pages", cache=tmp_path)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{F.BM25_TF} is damaged (a posting's term frequency is -1, below 1)" in r.stderr
