@@ -21,25 +21,17 @@ from kbpack.pack import format as F
 
 
 def element_bytes(r: Any) -> dict[str, int]:
-    """Stored bytes of every dataset, by path. Through the link visit the reader's structure
-    check uses, not ``visititems`` (``H5Ovisit``): that one also computes every object's
-    header info, so a damaged B-tree node no read touches made inspect fail where every
-    other command worked (bench/fuzz.py 61:13322); any failure is one line naming the pack."""
+    """Stored bytes of every dataset, by path, through the structure check's link walk (not
+    ``visititems``: see ``structure.links``); any failure is one line naming the pack."""
     from h5py import h5d, h5l, h5o
 
     from kbpack.pack.read import hdf5_errors
-
-    names: list[bytes] = []
-
-    def visit(name: bytes, info: Any) -> None:
-        if info.type == h5l.TYPE_HARD:
-            names.append(name)
+    from kbpack.pack.structure import links
 
     sizes: dict[str, int] = {}
     with hdf5_errors(r.where):
-        r.h5.id.links.visit(visit, info=True)
-        for name in names:
-            oid = h5o.open(r.h5.id, name)
+        for name, link_type in links(r.h5):
+            oid = h5o.open(r.h5.id, name) if link_type == h5l.TYPE_HARD else None
             if isinstance(oid, h5d.DatasetID):
                 sizes["/" + name.decode("utf-8", "backslashreplace")] = int(oid.get_storage_size())
     return sizes

@@ -54,18 +54,15 @@ def check_structure(
 
     findings: list[Finding] = []
     hard: list[tuple[str, bytes]] = []  # (path, the name HDF5 knows it by)
-
-    def visit(name: bytes, info: Any) -> None:
+    for name, link_type in links(h):
         path = "/" + name.decode("utf-8", "backslashreplace")
-        if info.type != h5l.TYPE_HARD:
-            kind = _LINK_KIND.get(info.type, "user-defined link")
+        if link_type != h5l.TYPE_HARD:
+            kind = _LINK_KIND.get(link_type, "user-defined link")
             findings.append(
                 Finding("link-not-allowed", path, f"{kind} (only hard links are allowed)")
             )
-            return
+            continue
         hard.append((path, name))
-
-    h.id.links.visit(visit, info=True)
     found = {path for path, _ in hard}
     for path, name in sorted(hard):
         el = F.ELEMENT_BY_PATH.get(path)
@@ -78,24 +75,11 @@ def check_structure(
             findings.append(Finding("unreadable-object", path, describe(e)))
             continue
         findings.extend(_check_object(oid, el, path, counts, file_size, format_version))
+    dense = _root_says_dense(h)
     for el in F.ELEMENTS:
-        if el.path not in found and not el.optional and el.since <= format_version:
-            findings.append(Finding("missing-element", el.path, "required by the spec"))
-    for el in F.ELEMENTS:
-        # an optional element the manifest counts rows of must be there: with
-        # /model/gguf's link lost (4 bytes overwritten) query fell back to "not the default
-        # model" as if the pack embedded none (bench/fuzz.py packs 70:17959)
-        rows = counts.get(el.rows, 0) if el.rows in _OPTIONAL_COUNTS else 0
-        if el.path not in found and isinstance(rows, int) and rows > 0:
-            why = f"the manifest counts {rows} {el.rows}, the rows of this element"
+        why = _why_required(el, counts, dense, format_version)
+        if why and el.path not in found:
             findings.append(Finding("missing-element", el.path, why))
-    if _root_says_dense(h):
-        # optional in a BM25-only pack, required in a dense one: with /vectors/data deleted
-        # (digests restamped) verify passed and query failed on a KeyError (bench/fuzz.py 61:420)
-        for path in (F.VECTORS, F.VEC_DATA, F.MODEL):
-            if path not in found:
-                why = "required when the root says kbpack:vectors = 'dense' (spec §3.5, §3.6)"
-                findings.append(Finding("missing-element", path, why))
     root = h5o.open(h.id, b"/")
     try:
         # the root's own info walks its symbol table and attribute indexes, which no read
@@ -111,6 +95,36 @@ def check_structure(
 _OPTIONAL_COUNTS = {e.rows for e in F.ELEMENTS if e.optional} - {
     e.rows for e in F.ELEMENTS if not e.optional
 }
+
+
+def links(h: Any) -> list[tuple[bytes, int]]:
+    """Every link below the root: (the name HDF5 knows it by, its type), through the link
+    visit (``H5Lvisit``), which reads only the groups' link tables. ``visititems``
+    (``H5Ovisit``) also computes each object's header info, and fails on damage no read
+    touches (bench/fuzz.py packs 61:13322)."""
+    out: list[tuple[bytes, int]] = []
+    h.id.links.visit(lambda name, info: out.append((name, info.type)), info=True)
+    return out
+
+
+def _why_required(
+    el: F.Element, counts: dict[str, int], dense: bool, format_version: int
+) -> str | None:
+    """Why this pack must hold ``el`` (None: it may lack it)."""
+    if el.since > format_version:
+        return None
+    if not el.optional:
+        return "required by the spec"
+    if dense and el.path in (F.VECTORS, F.VEC_DATA, F.MODEL):
+        # optional in a BM25-only pack, required in a dense one: with /vectors/data deleted
+        # (digests restamped) verify passed and query failed on a KeyError (bench/fuzz.py 61:420)
+        return "required when the root says kbpack:vectors = 'dense' (spec §3.5, §3.6)"
+    # an optional element the manifest counts rows of must be there: with /model/gguf's link
+    # lost (4 bytes overwritten) query answered as if the pack embedded no model (70:17959)
+    rows = counts.get(el.rows, 0) if el.rows in _OPTIONAL_COUNTS else 0
+    if isinstance(rows, int) and rows > 0:
+        return f"the manifest counts {rows} {el.rows}, the rows of this element"
+    return None
 
 
 def _root_says_dense(h: Any) -> bool:
