@@ -11,10 +11,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from test_verify_fixture import restamp
 
-from kbpack.cli import cli
 from kbpack.pack import format as F
 from kbpack.pack.digest import numeric_digest, row_digests
 from kbpack.pack.manifest import read_header
@@ -28,11 +27,6 @@ DOCS = {
     "## Bypass tuning\n\nThe bypass of valve V-3 closes at 4 bar.\n",
 }
 GOLDEN_0_2_0 = Path(__file__).parent.parent / "fixtures" / "golden" / "v2-0.2.0.kbpack"
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, list(args))
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture(scope="module")
