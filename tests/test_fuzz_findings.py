@@ -33,6 +33,10 @@ from kbpack.pack.preflight import MEMO_FOLDER
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "fixtures" / "golden" / "v2.kbpack"
+# the same pack as kbpack wrote it before 2026-12-02, with HDF5 structures that carry no
+# checksum (spec §1): the findings that poke those bytes stay refused by the readers' own
+# checks (tests/test_metadata_checksums.py pokes the same places of GOLDEN)
+EARLIEST = REPO / "fixtures" / "golden" / "v2-earliest.kbpack"
 
 
 def stall_heap(pack: Path) -> int:
@@ -401,7 +405,7 @@ def test_a_shuffle_element_size_that_is_not_the_dtype_is_refused(tmp_path: Path)
     instead of 4. HDF5 skipped the unshuffle, Fletcher-32 (over the compressed bytes) passed,
     and query ranked by tf values of 0x01010101 with exit 0: a silent wrong answer. The
     structure allowlist now refuses it, naming the element; verify reports it too."""
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     shuffle_element_size(pack, F.BM25_TF, 4100)
     for mode in ("bm25", "hybrid"):
         r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf", cache=tmp_path / "c")
@@ -422,7 +426,7 @@ def test_a_datatype_whose_bit_layout_is_not_the_spec_is_refused(
     type exactly."""
     import h5py
 
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r") as h:
         where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.BM25_TF].id).addr
     data = bytearray(pack.read_bytes())
@@ -448,7 +452,7 @@ def test_a_chunk_missing_from_its_chunk_index_is_refused(tmp_path: Path) -> None
 
     import h5py
 
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r") as h:
         info = h[F.BM25_TF].id.get_chunk_info(0)
         rows = h[F.BM25_TF].shape[0]
@@ -503,7 +507,7 @@ def chunk_index_node(tmp_path: Path, element: str) -> tuple[Path, bytearray, int
     a version-1 B-tree node of chunked raw data (type 1) at level 0 with one entry."""
     import h5py
 
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r") as h:
         where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[element].id).addr
         assert h[element].id.get_num_chunks() == 1
@@ -535,7 +539,7 @@ def test_vectors_narrower_than_the_query_vector_are_one_line(tmp_path: Path) -> 
     query vector's, naming the element."""
     import h5py
 
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r") as h:
         where = F.USERBLOCK_SIZE + h5py.h5o.get_info(h[F.VEC_DATA].id).addr
         n, dims = h[F.VEC_DATA].shape
@@ -714,7 +718,7 @@ def test_a_damaged_root_btree_sibling_is_one_line_and_a_verify_finding(tmp_path:
 
     from kbpack.fuzz.pack_mutations import restamp
 
-    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r") as h:
         root = F.USERBLOCK_SIZE + h5py.h5o.get_info(h.id).addr
     data = bytearray(pack.read_bytes())

@@ -38,7 +38,7 @@ def format_1_to_2(src: Path, dst: Path) -> None:
         manifest = reader.manifest
         with (
             hdf5_errors(str(src)),
-            h5py.File(dst, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")) as h,
+            h5py.File(dst, "w", userblock_size=F.USERBLOCK_SIZE, libver=("v110", "v110")) as h,
         ):
             root = dict(reader.h5.attrs.items())
             root[F.R_FORMAT_VERSION] = 2

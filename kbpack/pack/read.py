@@ -58,6 +58,11 @@ def hdf5_errors(where: str, element: str | None = None) -> Iterator[None]:
     ) as e:
         if element is not None:
             raise DamagedDataError(where, element, describe(e)) from e
+        if "checksum" in str(e):  # HDF5's own metadata (object headers, indexes, heaps)
+            raise PackError(
+                f"{where}: damaged: HDF5 metadata fails its checksum ({describe(e)}); "
+                f"run kbpack verify {where}, then copy the pack again"
+            ) from e
         raise PackError(f"{where}: HDF5 data cannot be read ({describe(e)})") from e
 
 

@@ -499,9 +499,7 @@ class PackWriter:
         if copies is not None:
             counts["copies"] = int(copies.chunk.size)
         with (
-            h5py.File(
-                self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("earliest", "v110")
-            ) as h,
+            h5py.File(self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("v110", "v110")) as h,
             errors_reported_first(),
         ):
             root_attrs = {
