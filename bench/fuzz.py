@@ -23,6 +23,8 @@ its own checkpoint under the --checkpoint folder, and prints their sum: executio
 independent, so a machine with free cores runs them in parallel.
     python bench/fuzz.py --replay 1:22                           # one execution again
     python bench/fuzz.py --enumerate row-drops                   # every item, all commands
+    python bench/fuzz.py --enumerate metadata-flips --executions 2000 --only-golden \
+        --golden fixtures/golden/v2-earliest.kbpack              # a sample of HDF5 metadata flips
     nice -n 10 python bench/fuzz.py --target docs --executions 10000 --kinds pdf docx html
 """
 
@@ -50,11 +52,17 @@ GOLDEN = ROOT / "fixtures" / "golden" / "v2.kbpack"
 GOLDEN_QUERY = "pypdf merge pages"
 
 
-def pack_seeds(work: Path) -> list[tuple[Path, PackCommands]]:
+def pack_seeds(
+    work: Path, golden: Path = GOLDEN, only: bool = False
+) -> list[tuple[Path, PackCommands]]:
+    """The small packs this kbpack builds (unless ``only``) and a golden pack."""
+    given = [(golden, PackCommands(GOLDEN_QUERY))]
+    if only:
+        return given
     from tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(work / "tiny.gguf", name="tiny-a")
-    return [*build_seed_packs(work, model), (GOLDEN, PackCommands(GOLDEN_QUERY))]
+    return [*build_seed_packs(work, model), *given]
 
 
 def show(result: FuzzResult, load: str) -> None:
@@ -194,7 +202,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=["packs", "docs"], default="packs")
     ap.add_argument("--kinds", nargs="+", default=["pdf", "docx", "html", "md", "txt"])
-    ap.add_argument("--executions", type=int, default=1000)
+    ap.add_argument("--executions", type=int, default=None, help="1000 unless an enumeration")
     ap.add_argument("--minutes", type=float, default=None, help="stop after this long")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--start", type=int, default=0, help="first execution index (run in pieces)")
@@ -208,9 +216,17 @@ def main() -> None:
     ap.add_argument(
         "--enumerate",
         default=None,
-        choices=["row-drops", "attribute-deletions"],
-        help="run every item of an enumeration (kbpack/fuzz/pack_enumerations.py) instead",
+        choices=["row-drops", "attribute-deletions", "metadata-flips"],
+        help="run the items of an enumeration (kbpack/fuzz/pack_enumerations.py) instead: all"
+        " of them, or --executions of them from --start",
     )
+    ap.add_argument(
+        "--golden",
+        type=Path,
+        default=GOLDEN,
+        help="the golden seed (e.g. fixtures/golden/v2-earliest.kbpack: HDF5 metadata unchecked)",
+    )
+    ap.add_argument("--only-golden", action="store_true", help="no built seeds, the golden only")
     ap.add_argument("--keep", type=Path, default=None, help="copy each finding's input here")
     ap.add_argument("--replay", default=None, help="SEED:INDEX of one execution to run again")
     ap.add_argument("--json", action="store_true")
@@ -223,6 +239,8 @@ def main() -> None:
     ap.add_argument("--sum", type=Path, nargs="+", default=None, help="add up checkpoint files")
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs (packs; seeds SEED..)")
     args = ap.parse_args()
+    if args.executions is None and not args.enumerate:
+        args.executions = 1000
     if args.sum:
         sum_checkpoints(args.sum)
         return
@@ -235,7 +253,7 @@ def main() -> None:
         run_docs(args, load)
         return
     with tempfile.TemporaryDirectory(prefix="kbpack-fuzz-seeds-") as tmp:
-        seeds = pack_seeds(Path(tmp))
+        seeds = pack_seeds(Path(tmp), args.golden, args.only_golden)
         with PackFuzzer(
             seeds, timeout_s=args.timeout, keep_dir=args.keep, verify_every=args.verify_every
         ) as fuzzer:
@@ -270,7 +288,9 @@ def main() -> None:
                     print(f"\r{r.executions} executions, {r.counts()}", end="", file=sys.stderr)
 
             if args.enumerate:
-                result = fuzzer.run_enumerated(args.enumerate, progress=progress)
+                result = fuzzer.run_enumerated(
+                    args.enumerate, progress=progress, start=args.start, limit=args.executions
+                )
             else:
                 result = fuzzer.run(
                     args.executions,

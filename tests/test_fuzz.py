@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.fuzz.pack_enumerations import attribute_deletions, row_drops
+from kbpack.fuzz.pack_enumerations import attribute_deletions, metadata_flips, row_drops
 from kbpack.fuzz.pack_target import PackCommands
 from kbpack.fuzz.runner import PackFuzzer
 from kbpack.fuzz.seeds import build_seed_packs
+from kbpack.pack import format as F
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "fixtures" / "golden" / "v2.kbpack"
@@ -101,6 +102,24 @@ def test_enumerated_root_attribute_deletions_have_no_findings(fuzzer: PackFuzzer
         verify = next(r for r in runs if r.name == "verify")
         if any(f"@{name} " in label for name in ("kbpack:kind", "kbpack:version", "description")):
             assert verify.exit_code == 1 and "attribute-missing" in verify.stdout, label
+
+
+def test_enumerated_metadata_flips_cover_every_metadata_byte_once(fuzzer: PackFuzzer) -> None:
+    """One item per byte of HDF5 metadata (outside every element's stored data), in a shuffled
+    order; the first ones, run through every command, have no findings (bench/fuzz.py
+    --enumerate metadata-flips --executions N runs a sample of N)."""
+    golden = next(s for s in fuzzer.seeds if s.seed.name == GOLDEN.name)
+    labels = [label for label, _ in metadata_flips(golden.seed)]
+    at = [int(label.split("byte ")[1].split()[0]) for label in labels]
+    in_data = {o + i for spans in golden.seed.spans.values() for o, n in spans for i in range(n)}
+    hdf5 = range(F.USERBLOCK_SIZE, len(golden.seed.data))
+    assert sorted(at) == [i for i in hdf5 if i not in in_data]  # each metadata byte, once
+    assert at[:50] != sorted(at[:50])  # shuffled: the first N are a sample of the whole file
+    items = list(metadata_flips(golden.seed))[:8]
+    for i, (_, write) in enumerate(items):
+        mutant, found, runs = fuzzer.judged(golden, write, 0, i)
+        assert [f.line() for f in found] == [], mutant.describe()
+        assert len(runs) == 7
 
 
 def children_of(pid: int) -> list[int]:

@@ -13,12 +13,20 @@ elements refer to one another (offsets, row numbers, postings, pieces).
 digests restamped: a random mutation picks one of ~200 attributes of a pack, and deletes
 rather than changes it one time in five, so a given attribute's absence is rarely drawn.
 
+``metadata_flips`` flips one bit of each byte of HDF5's own structures (every byte of the HDF5
+part outside the elements' stored data: superblock, object headers, chunk indexes, B-trees,
+heaps), the file's hash restamped: random mutation hits a given one of those ~10^5 bytes a
+handful of times in 100,000 executions, and every late finding of the random runs lived there.
+Its items come in a fixed shuffled order, so the first N of them are a uniform sample and all
+of them the whole sweep (``bench/fuzz.py --enumerate metadata-flips --executions N``).
+
 Each item is (label, writer); the writer writes the mutant to a path and returns its
 ``Mutant`` (a forgery: it claims nothing of the seed's content).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -102,7 +110,34 @@ def _delete_attribute(seed: Seed, path: str, name: str, label: str, out: Path) -
     return Mutant(seed.name, f"enumerated: {label}", "elements", forged=True)
 
 
+def metadata_flips(seed: Seed) -> Iterator[Item]:
+    """One bit of every byte of the seed's HDF5 metadata, in a shuffled order fixed by the
+    seed's name; the bit is drawn from the same generator."""
+    data_bytes = bytearray(len(seed.data))
+    for spans in seed.spans.values():
+        for offset, size in spans:
+            data_bytes[offset : offset + size] = b"\x01" * size
+    where = [i for i in range(F.USERBLOCK_SIZE, len(seed.data)) if not data_bytes[i]]
+    rng = random.Random(f"metadata-flips:{seed.name}")
+    rng.shuffle(where)
+    for at in where:
+        bit = rng.randrange(8)
+        label = f"metadata bit {bit} of byte {at} flipped"
+        yield label, partial(_flip, seed, at, bit, label)
+
+
+def _flip(seed: Seed, at: int, bit: int, label: str, out: Path) -> Mutant:
+    data = bytearray(seed.data)
+    data[at] ^= 1 << bit
+    out.write_bytes(data)
+    restamp(out, "bytes")  # the whole-file hash matches: verify must find the damage itself
+    return Mutant(seed.name, f"enumerated: {label}", "bytes")
+
+
 ENUMERATIONS: dict[str, Callable[[Seed], Iterator[Item]]] = {
     "row-drops": row_drops,
     "attribute-deletions": attribute_deletions,
+    "metadata-flips": metadata_flips,
 }
+# enumerations whose items come in a shuffled order, meant to be run in part
+SAMPLED = frozenset({"metadata-flips"})

@@ -215,22 +215,34 @@ class PackFuzzer:
         )
 
     def enumerated(self, name: str) -> list[tuple[PackSeed, Callable[[Path], Mutant]]]:
-        """The items of the enumeration ``name`` for every seed, in the order they run."""
-        from kbpack.fuzz.pack_enumerations import ENUMERATIONS
+        """The items of the enumeration ``name`` for every seed, in the order they run: seed
+        after seed, or taken from each seed in turn for a sampled one (its first N items then
+        sample every seed)."""
+        from itertools import chain, zip_longest
 
-        return [(s, w) for s in self.seeds for _, w in ENUMERATIONS[name](s.seed)]
+        from kbpack.fuzz.pack_enumerations import ENUMERATIONS, SAMPLED
+
+        per_seed = [[(s, w) for _, w in ENUMERATIONS[name](s.seed)] for s in self.seeds]
+        if name in SAMPLED:
+            return [x for x in chain.from_iterable(zip_longest(*per_seed)) if x is not None]
+        return list(chain.from_iterable(per_seed))
 
     def run_enumerated(
-        self, name: str, progress: Callable[[FuzzResult], None] | None = None
+        self,
+        name: str,
+        progress: Callable[[FuzzResult], None] | None = None,
+        start: int = 0,
+        limit: int | None = None,
     ) -> FuzzResult:
         """Every item of the enumeration ``name`` (``pack_enumerations.ENUMERATIONS``) of every
-        seed, each through every command (verify included); findings carry run seed 0 and the
-        item's number in this order."""
+        seed (or ``limit`` of them from ``start``), each through every command (verify
+        included); findings carry run seed 0 and the item's number in this order."""
         items = self.enumerated(name)
+        stop = len(items) if limit is None else min(len(items), start + limit)
         every, self.verify_every = self.verify_every, 1
         try:
             return self._loop(
-                ((i, partial(self.judged, s, w, 0, i)) for i, (s, w) in enumerate(items)),
+                ((i, partial(self.judged, *items[i], 0, i)) for i in range(start, stop)),
                 0,
                 progress,
                 None,
