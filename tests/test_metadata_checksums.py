@@ -44,10 +44,14 @@ def test_packs_kbpack_writes_checksum_every_hdf5_structure(
     built = tmp_path / "built.kbpack"
     code, _, err = run("build", str(src), "-o", str(built), "--model", str(tiny_model), "-q")
     assert code == 0, err
-    migrated = tmp_path / "migrated.kbpack"
-    code, _, err = run("migrate", str(GOLDEN / "v1.kbpack"), "-o", str(migrated), "-q")
-    assert code == 0, err
-    for pack in (GOLDEN / "v2.kbpack", built, migrated):
+    # migrate rewrites a pack of either layout through the writer: a pack of kbpack 0.2.0
+    # gets the checksums by `kbpack migrate OLD -o NEW`
+    migrated = []
+    for old in ("v1.kbpack", "v2-earliest.kbpack"):
+        migrated.append(tmp_path / f"migrated-{old}")
+        code, _, err = run("migrate", str(GOLDEN / old), "-o", str(migrated[-1]), "-q")
+        assert code == 0, err
+    for pack in (GOLDEN / "v2.kbpack", built, *migrated):
         assert layout(pack) == (3, {2}, []), pack.name
     # the layout before: what readers must still read safely
     superblock, headers, unchecked = layout(GOLDEN / "v2-earliest.kbpack")
@@ -112,3 +116,13 @@ def test_damage_to_hdf5_metadata_fails_its_checksum_in_one_line(
         assert err.count("\n") == 1 and "incorrect metadata checksum" in err, err
     code, out, _ = run("verify", str(pack))
     assert code == 1 and "incorrect metadata checksum" in out
+
+
+def test_inspect_says_whether_hdf5_metadata_is_checksummed() -> None:
+    import json
+
+    for name, checksummed in (("v2.kbpack", True), ("v2-earliest.kbpack", False)):
+        code, out, _ = run("inspect", str(GOLDEN / name), "--json")
+        assert code == 0 and json.loads(out)["hdf5_metadata_checksummed"] is checksummed
+    code, out, _ = run("inspect", str(GOLDEN / "v2-earliest.kbpack"))
+    assert "HDF5 metadata  no checksums (older layout; kbpack migrate PACK -o NEW adds them)" in out

@@ -57,6 +57,7 @@ def describe(path: Path) -> dict[str, Any]:
             "created": r.manifest.created,
             "file_size": r.manifest.file_size,
             "signed": r.header.signature is not None,
+            "hdf5_metadata_checksummed": r.metadata_checksummed,
             "counts": c,
             "model": r.model,
             "embedded_model": r.has_embedded_model,
@@ -107,6 +108,12 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
             f"v{info['format_version']} (kbpack {info['kbpack_version']}, pipeline {info['pipeline_version']})",
         ),
         ("created", info["created"]),
+        (
+            "HDF5 metadata",
+            "checksummed"
+            if info["hdf5_metadata_checksummed"]
+            else "no checksums (older layout; kbpack migrate PACK -o NEW adds them)",
+        ),
         (
             "signature",
             "present, not checked here (kbpack verify --key checks it)"

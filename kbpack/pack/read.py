@@ -364,6 +364,14 @@ class PackReader:
         return F.MODEL_GGUF in self.h5
 
     @cached_property
+    def metadata_checksummed(self) -> bool:
+        """Whether HDF5's own structures carry checksums (spec §1): a superblock of version 2
+        or later comes with version-2 object headers and checksummed indexes; kbpack writes
+        version 3 (libver 'v110'), packs of kbpack 0.2.0 version 0."""
+        with hdf5_errors(self.where):
+            return int(self.h5.id.get_create_plist().get_version()[0]) >= 2
+
+    @cached_property
     def search_defaults(self) -> dict[str, Any]:
         a = self.attrs(F.SEARCH)
         raw = a.get(F.SEARCH_MAX_DISTANCE, F.DEFAULT_MAX_DISTANCE)
