@@ -54,7 +54,7 @@ test: install h5dump chromium
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kbpack
+	$(BIN)/mypy kbpack bench
 
 clean:
 	rm -rf out .pytest_cache

@@ -71,6 +71,7 @@ def child(pack: str, engine: str, n_queries: int, seed: int) -> dict[str, Any]:
     imported = time.perf_counter()
     r = PackReader(pack)
     opened = time.perf_counter()
+    assert r.model is not None, f"{pack}: a BM25-only pack has no vectors to scan"
     dims = int(r.model["dims"])
     rng = np.random.default_rng(seed)
     queries = rng.standard_normal((n_queries, dims)).astype(np.float32)

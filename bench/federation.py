@@ -64,7 +64,7 @@ def queries(merged: Path, n: int, seed: int = 3) -> list[str]:
     rng = random.Random(seed)
     with PackReader(merged) as r:
         total = int(r.counts["chunks"])
-        out = []
+        out: list[str] = []
         while len(out) < n:
             words = r.chunk_content(rng.randrange(total)).split()
             if len(words) >= 8:

@@ -135,10 +135,10 @@ def main() -> None:
     print(header)
     for name in rules:
         for phrasing in ("doc", "ticket"):
-            r = ranks[name][phrasing]
-            rec = " ".join(f"{np.mean([x is not None and x <= k for x in r]):.2f} " for k in KS)
-            mrr = np.mean([1 / x if x else 0 for x in r])
-            p1, p8 = paired(r, ranks["dense"][phrasing], (1, 8))
+            got = ranks[name][phrasing]
+            rec = " ".join(f"{np.mean([x is not None and x <= k for x in got]):.2f} " for k in KS)
+            mrr = np.mean([1 / x if x else 0 for x in got])
+            p1, p8 = paired(got, ranks["dense"][phrasing], (1, 8))
             print(
                 f"{name:<40} {phrasing:<7} {rec} {mrr:.3f}  "
                 f"+{p1.wins}/-{p1.losses} p={p1.p_value:.3f}  +{p8.wins}/-{p8.losses} p={p8.p_value:.3f}"

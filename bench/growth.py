@@ -79,6 +79,7 @@ def child(pack: str, what: str) -> float:
 
     t = time.perf_counter()
     r = PackReader(pack)
+    assert r.model is not None, f"{pack}: a BM25-only pack has no vectors to scan"
     s = Searcher(r, GivenVector(int(r.model["dims"])))
     if what == "dense":
         s._dense(QUERY, None)
@@ -180,7 +181,8 @@ def main() -> int:
         )
     n = [r["chunks"] for r in rows]
     exps = {key: slope(n, [r[key] for r in rows]) for key, _ in COLUMNS}
-    report = {"rows": rows, "exponents": exps, "load_average": os.getloadavg()}
+    load = os.getloadavg()
+    report = {"rows": rows, "exponents": exps, "load_average": load}
     if len(rows) > 1:
         plot(rows, exps, args.plot)
     if args.json:
@@ -190,7 +192,7 @@ def main() -> int:
     for key, label in COLUMNS:
         cells = "".join(f"{r[key]:>12.1f}" for r in rows)
         print(f"{label:24}{cells}{exps[key]:>10.2f}")
-    print(f"load average {report['load_average'][0]:.1f}; plot: {args.plot}")
+    print(f"load average {load[0]:.1f}; plot: {args.plot}")
     return 0
 
 

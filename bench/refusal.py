@@ -79,9 +79,9 @@ def main() -> None:
             [not any(d <= DEFAULT for d in g.distances) for g in og],
         )
     for i, what in ((1, "OOD refused"), (0, "answerable answered")):
-        new, old = outcome["new"][i], outcome["old"][i]
-        wins = sum(a and not b for a, b in zip(new, old, strict=True))
-        losses = sum(b and not a for a, b in zip(new, old, strict=True))
+        by_new, by_old = outcome["new"][i], outcome["old"][i]
+        wins = sum(a and not b for a, b in zip(by_new, by_old, strict=True))
+        losses = sum(b and not a for a, b in zip(by_new, by_old, strict=True))
         print(
             f"paired at {DEFAULT}: {what}, new vs old: +{wins}/-{losses}, "
             f"p={E.sign_test(wins, losses):.3f}"

@@ -32,7 +32,6 @@ from kbpack.evaluate import load_questions
 from kbpack.model import convert_bert
 from kbpack.model.cache import default_weights_dir
 from kbpack.model.safetensors import read_safetensors
-from kbpack.rerank import Reranker
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -95,7 +94,8 @@ def main() -> None:
                     t = time.perf_counter()
                     p.search(q, k=5, refuse=False, rerank_top=args.top)
                     times.append(time.perf_counter() - t)
-            rr: Reranker = ranked.searcher.reranker
+            rr = ranked.searcher.reranker
+            assert rr is not None  # --rerank-top made the searcher load one
             a, b = statistics.median(t_plain), statistics.median(t_ranked)
             print(f"pack: {plain.n_chunks} chunks (fixtures/eval/corpus), {len(queries)} queries")
             print(f"reranker: {rr.identity.name}, {rr.window}-token window, {rr.threads} threads")
