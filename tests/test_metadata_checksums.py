@@ -125,4 +125,6 @@ def test_inspect_says_whether_hdf5_metadata_is_checksummed() -> None:
         code, out, _ = run("inspect", str(GOLDEN / name), "--json")
         assert code == 0 and json.loads(out)["hdf5_metadata_checksummed"] is checksummed
     code, out, _ = run("inspect", str(GOLDEN / "v2-earliest.kbpack"))
-    assert "HDF5 metadata  no checksums (older layout; kbpack migrate PACK -o NEW adds them)" in out
+    assert (
+        "metadata    no HDF5 checksums (older layout; kbpack migrate PACK -o NEW adds them)" in out
+    )

@@ -109,10 +109,10 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
         ),
         ("created", info["created"]),
         (
-            "HDF5 metadata",
-            "checksummed"
+            "metadata",
+            "HDF5 checksummed"
             if info["hdf5_metadata_checksummed"]
-            else "no checksums (older layout; kbpack migrate PACK -o NEW adds them)",
+            else "no HDF5 checksums (older layout; kbpack migrate PACK -o NEW adds them)",
         ),
         (
             "signature",
