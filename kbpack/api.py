@@ -160,6 +160,35 @@ def start_embedder(
     return ModelLoad(lambda: Embedder(path, prefixes=prefixes, threads=threads)), []
 
 
+def embedded_model_file(reader: PackReader, want: str) -> Path | None:
+    """The pack's embedded GGUF as a file in the model cache, or None if its bytes do not hash
+    to ``want``. The cache file is named by the hash kbpack computed of the bytes it wrote,
+    never by a value read from the pack: it is extracted to a private temporary file first."""
+    import tempfile
+
+    from kbpack.embed import sha256_file
+
+    models = cache_dir() / "models"
+    if F.is_sha256_hex(want):  # the reader refuses anything else; checked again before a path
+        cached = models / f"{want}.gguf"
+        if cached.is_file() and sha256_file(cached) == want:
+            return cached
+    models.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".extract-", suffix=".gguf", dir=models)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        reader.write_gguf(tmp)
+        got = sha256_file(tmp)
+        if got != want:
+            return None
+        final = models / f"{got}.gguf"
+        os.replace(tmp, final)
+        return final
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def resolve_model(reader: PackReader, model: Path | None) -> tuple[Any | None, list[str]]:
     """The query-side model for this pack: ``((GGUF path, Prefixes), [])``, or
     ``(None, [why not])``. Nothing is loaded."""
@@ -180,15 +209,11 @@ def resolve_model(reader: PackReader, model: Path | None) -> tuple[Any | None, l
             ]
         return (model, prefixes), []
     if reader.has_embedded_model:
-        path = cache_dir() / "models" / f"{want}.gguf"
-        if not path.exists() or sha256_file(path) != want:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            reader.write_gguf(path)
-            if sha256_file(path) != want:
-                path.unlink(missing_ok=True)
-                return None, [
-                    f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
-                ]
+        path = embedded_model_file(reader, want)
+        if path is None:
+            return None, [
+                f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
+            ]
         return (path, prefixes), []
     try:
         from kbpack.embed import default_model_path

@@ -187,7 +187,10 @@ def _model_for(p: Plan, recalled: dict[str, str] | None, embedded: bool) -> tupl
             path = p.model
         else:
             from kbpack.model.cache import cache_dir
+            from kbpack.pack.format import is_sha256_hex
 
+            if not is_sha256_hex(want):  # never a path from anything but a hash
+                return None
             path = cache_dir() / "models" / f"{want}.gguf"  # extracted by an earlier query
         if not path.is_file() or sha256_file(path) != want:
             return None

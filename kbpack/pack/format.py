@@ -7,6 +7,7 @@ table name the same elements.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,7 @@ ROW_DIGEST_OF = {
 # --- attributes of groups --------------------------------------------------------------------
 M_NAME = "name"
 M_SHA256 = "sha256"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # /model@sha256 (spec §3.6)
 M_ARCHITECTURE = "architecture"
 M_DIMS = "dims"
 M_POOLING = "pooling"
@@ -369,3 +371,8 @@ COUNT_KEYS = (
 # /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs; /bm25/dense_*: written
 # since issue 19's first-query work, absent from older packs).
 OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf")
+
+
+def is_sha256_hex(value: object) -> bool:
+    """A SHA-256 as the spec writes it (§3.6): 64 lowercase hex digits, nothing else."""
+    return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None

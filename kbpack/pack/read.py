@@ -350,6 +350,13 @@ class PackReader:
                 f"{self.path}: /model lacks attribute {missing[0]!r}; run kbpack verify"
             )
         stamp = {k: a[k] for k in F.MODEL_ATTRS}
+        if not F.is_sha256_hex(stamp[F.M_SHA256]):
+            # a pack's value must never become part of a path (the model cache is keyed by
+            # it): anything but 64 lowercase hex digits is refused here, at the one read
+            raise PackError(
+                f"{self.path}: /model attribute 'sha256' is not 64 lowercase hex digits; "
+                "run kbpack verify"
+            )
         for k in F.MODEL_PREFIX_ATTRS:  # absent in packs written before prefixes: none
             value = a.get(k, "")
             if not isinstance(value, str):
