@@ -55,6 +55,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy kbpack bench
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf out .pytest_cache

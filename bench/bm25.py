@@ -1,4 +1,4 @@
-"""BM25 benchmark: kbpack.lexical vs bm25s and rank_bm25 on the same chunks and tokens.
+"""BM25 benchmark: kbpack.search.bm25 vs bm25s and rank_bm25 on the same chunks and tokens.
 
 Chunks: the development corpus (fixtures/eval) chunked by kbpack, then grown to ``--chunks``
 synthetic chunks that each mix 3-12 random paragraphs-pieces of it (seeded), so the vocabulary
@@ -12,7 +12,7 @@ Reported: index time, single-query latency p50/p95 (top 10; kbpack and bm25s tim
 interleaved, query by query), top-10 agreement with kbpack, and the ratio kbpack / bm25s
 (target <= 1.0), for ``bm25_scores`` + ``top_k`` (the reference path: every matching chunk
 scored, then sorted) and ``BM25Index.top`` (all contributions computed at load, as bm25s does
-at index time; ``kbpack.bm25_top``). bench/bm25_pack.py measures the same on a pack's own
+at index time; ``kbpack.search.bm25_top``). bench/bm25_pack.py measures the same on a pack's own
 query paths.
 
     python bench/bm25.py --chunks 100000
@@ -35,15 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kbpack.lexical import (  # noqa: E402
-    BM25Index,
-    PostingsBuilder,
-    TermLookup,
-    bm25_scores,
-    length_norms,
-    tokenize,
-    top_k,
-)
+from kbpack.index.postings import PostingsBuilder  # noqa: E402
+from kbpack.pack.bm25_store import TermLookup  # noqa: E402
+from kbpack.search.bm25 import BM25Index, bm25_scores, length_norms, top_k  # noqa: E402
+from kbpack.text.analyze import tokenize  # noqa: E402
 
 K1, B, K = 1.2, 0.75, 10
 

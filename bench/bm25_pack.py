@@ -63,11 +63,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from dense import questions, synthetic_pack  # noqa: E402
 
-from kbpack.lexical import tokenize  # noqa: E402
 from kbpack.pack import format as F  # noqa: E402
 from kbpack.pack.manifest import read_header  # noqa: E402
 from kbpack.pack.read import PackReader  # noqa: E402
-from kbpack.search import CANDIDATES, Searcher  # noqa: E402
+from kbpack.search.searcher import CANDIDATES, Searcher  # noqa: E402
+from kbpack.text.analyze import tokenize  # noqa: E402
 
 K = 10
 

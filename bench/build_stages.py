@@ -1,7 +1,7 @@
 """Build: time per stage on real corpora with the default model, and the share that is not
 embedding.
 
-``kbpack.build.build`` -- the function ``kbpack build`` calls -- runs on fixtures/docs (PDF,
+``kbpack.ops.build.build`` -- the function ``kbpack build`` calls -- runs on fixtures/docs (PDF,
 DOCX, HTML, Markdown) and fixtures/eval/corpus, ``--repeat`` times each, in a fresh process per
 run (so model load and imports are paid every time, as a user pays them); the stage times are
 the pipeline's own (BuildReport.seconds): load (model), extract (worker process per document),
@@ -34,7 +34,7 @@ _CHILD = """
 import json, sys, time
 t = time.perf_counter()
 from pathlib import Path
-from kbpack.build import BuildOptions, build
+from kbpack.ops.build import BuildOptions, build
 threads = int(sys.argv[3]) or None
 r = build(BuildOptions(sources=[Path(sys.argv[1])], out=Path(sys.argv[2]), threads=threads))
 wall = time.perf_counter() - t

@@ -24,8 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kbpack.chunk import ChunkConfig, chunk_document, embedded_text  # noqa: E402
-from kbpack.document import Document  # noqa: E402
+from kbpack.index.chunk import ChunkConfig, chunk_document, embedded_text  # noqa: E402
+from kbpack.text.document import Document  # noqa: E402
 
 BLIND_CHARS = 512
 
@@ -92,7 +92,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from kbpack.embed import Embedder
+    from kbpack.model.embedder import Embedder
 
     embedder = Embedder(args.model)
     window = args.window or embedder.window

@@ -5,11 +5,11 @@ page cache stays warm (dropping it needs root and would disturb everyone sharing
 Timed interleaved, ``--repeat`` times each, medians:
 
 * ``kbpack query PACK TEXT --json`` (hybrid, the default) and ``--mode bm25`` (no model);
-* the floors: ``python -c pass``, ``python -c "import kbpack.cli"``, and a bare script that
+* the floors: ``python -c pass``, ``python -c "import kbpack.cli.main"``, and a bare script that
   does only what any llama.cpp + h5py tool must: import llama_cpp, load the same GGUF with the
   same context and threads, embed the query, read the float16 vectors with h5py and take the
   top 5 of a float32 matmul (and the same script ending with ``os._exit`` after a flush, as a
-  finished ``kbpack query`` does: kbpack/fast_exit.py). It sets ``OMP_WAIT_POLICY=PASSIVE`` as kbpack does: without it a
+  finished ``kbpack query`` does: kbpack/cli/fast_exit.py). It sets ``OMP_WAIT_POLICY=PASSIVE`` as kbpack does: without it a
   single embed from the main thread spins for seconds on a busy machine (bench/embed_thread.py),
   and the "floor" took 3.9 s against kbpack's 2.0 s. Ratio kbpack / bare floor, of the wall
   time and of the CPU time (user + system, all threads): on a machine with more runnable
@@ -51,7 +51,7 @@ _BARE = """
 import sys, os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as kbpack sets it (bench/embed_thread.py)
 import numpy as np, h5py, llama_cpp
-from kbpack.embed import default_model_path
+from kbpack.model.embedder import default_model_path
 path, query = sys.argv[1], sys.argv[2]
 threads = len(os.sched_getaffinity(0))
 llm = llama_cpp.Llama(model_path=str(default_model_path()), embedding=True, n_ctx=512,
@@ -62,7 +62,7 @@ with h5py.File(path, "r", locking=False) as h:
     v = h["/vectors/data"][()].astype(np.float32)
 print(np.argsort(-(v @ q))[:5])
 """
-# The same floor ending as a finished `kbpack query` does (kbpack/fast_exit.py): flushed, then
+# The same floor ending as a finished `kbpack query` does (kbpack/cli/fast_exit.py): flushed, then
 # os._exit, without Python's teardown of numpy, h5py and llama_cpp (~35 ms).
 _BARE_FAST_EXIT = _BARE + "sys.stdout.flush()\nos._exit(0)\n"
 
@@ -97,7 +97,7 @@ def cold(pack: Path, repeat: int, baseline: Path | None = None) -> dict[str, Any
     kbpack = str(Path(sys.executable).with_name("kbpack"))
     commands = {
         "python_pass": [sys.executable, "-c", "pass"],
-        "import_kbpack_cli": [sys.executable, "-c", "import kbpack.cli"],
+        "import_kbpack_cli": [sys.executable, "-c", "import kbpack.cli.main"],
         "bare_floor": [sys.executable, "-c", _BARE, str(pack), QUERY],
         "bare_floor_fast_exit": [sys.executable, "-c", _BARE_FAST_EXIT, str(pack), QUERY],
         "kbpack_query_hybrid": [kbpack, "query", str(pack), QUERY, "--json"],

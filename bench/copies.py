@@ -32,8 +32,8 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from kbpack.copies import SHINGLE, CopyFinder, normal_words
 from kbpack.pack import format as F
+from kbpack.pack.copies import SHINGLE, CopyFinder, normal_words
 from kbpack.pack.read import PackReader
 
 COMMON = 64  # a shingle in more chunks than this is boilerplate: left out of the exact counts

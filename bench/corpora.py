@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbpack.build import BuildOptions, build
 from kbpack.extract import Limits
+from kbpack.ops.build import BuildOptions, build
 from kbpack.pack.read import PackReader
 
 PACKAGES = ("developers-reference", "r-doc-html", "r-doc-pdf", "poppler-utils")

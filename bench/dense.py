@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kbpack.pack.read import PackReader  # noqa: E402
-from kbpack.search import CANDIDATES, Searcher  # noqa: E402
+from kbpack.search.searcher import CANDIDATES, Searcher  # noqa: E402
 
 OUT = ROOT / "out" / "bench"
 QUESTIONS = ROOT / "fixtures" / "eval" / "questions.jsonl"
@@ -65,7 +65,7 @@ def questions(n: int) -> list[str]:
 
 
 def embed_queries(texts: list[str]) -> np.ndarray:
-    from kbpack.embed import Embedder
+    from kbpack.model.embedder import Embedder
 
     return Embedder().embed(texts)
 

@@ -8,8 +8,8 @@ to one thread (the scan is single-threaded):
 
 * ``kbpack``: ``Searcher._scores`` + ``DenseScores.top`` -- what ``search()`` runs: the pack's
   chunk and piece vectors scanned where they lie, once, against the query rounded to float16
-  (kbpack/vector_scan.py), pieces blended, then the rows near the top re-scored exactly
-  (kbpack/dense.py).
+  (kbpack/pack/vector_scan.py), pieces blended, then the rows near the top re-scored exactly
+  (kbpack/search/dense.py).
 * ``kbpack-two-part``: the exact scan kbpack ran before (each row against the query's float16
   ``hi`` and ``lo`` parts: two conversions of every row), ``_top_similar``.
 * ``float32``: what kbpack 0.2.0 did and what any h5py + numpy reader does: read the float16
@@ -63,10 +63,10 @@ def child(pack: str, engine: str, n_queries: int, seed: int) -> dict[str, Any]:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from kbpack.dense import PieceIndex, chunk_scores, rounded_chunk_scores
     from kbpack.pack import format as F
     from kbpack.pack.read import PackReader
-    from kbpack.search import CANDIDATES, _top_similar
+    from kbpack.search.dense import PieceIndex, chunk_scores, rounded_chunk_scores
+    from kbpack.search.searcher import CANDIDATES, _top_similar
 
     imported = time.perf_counter()
     r = PackReader(pack)

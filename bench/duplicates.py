@@ -27,8 +27,9 @@ import tempfile
 from pathlib import Path
 
 import kbpack
-from kbpack.evaluate import hit_rank, load_questions
-from kbpack.lexical import tokenize
+import kbpack.search.searcher
+from kbpack.ops.evaluate import hit_rank, load_questions
+from kbpack.text.analyze import tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def crowding(searcher: kbpack.search.Searcher, results: list) -> int:  # type: ignore[type-arg]
+def crowding(searcher: kbpack.search.searcher.Searcher, results: list) -> int:  # type: ignore[type-arg]
     """Results that repeat a result above: the same stored group (read from the pack whether
     or not the search used it) or the same words."""
     groups = searcher.r.copy_groups()

@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kbpack.embed import Embedder, available_threads  # noqa: E402
+from kbpack.model.embedder import Embedder, available_threads  # noqa: E402
 
 # ../shared/seeds beside the checkout (a worktree elsewhere: set KBPACK_SEEDS)
 SEEDS = Path(os.environ.get("KBPACK_SEEDS", ROOT.parent / "shared" / "seeds"))
@@ -79,7 +79,7 @@ def bare_llama(model: Path, threads: int) -> Any:
     """What a user would write: one Llama with the same context and attention settings."""
     import llama_cpp
 
-    from kbpack.embed import FLASH_ATTENTION
+    from kbpack.model.embedder import FLASH_ATTENTION
 
     return llama_cpp.Llama(
         model_path=str(model),

@@ -6,7 +6,7 @@ sentence-piece texts (120-600 characters + header) of a real corpus.
 
 The texts are made the way ``kbpack build`` makes them (kbpack's extractor, chunker and piece
 cutter, the default model's tokenizer). Each setting is one Embedder whose tokens per
-``llama_decode`` call (``kbpack.embed.BATCH_TOKENS``) is the value tried; the settings run
+``llama_decode`` call (``kbpack.model.embedder.BATCH_TOKENS``) is the value tried; the settings run
 interleaved, ``--repeat`` rounds, and the median per text and per token is printed, wall and
 CPU (CPU time: on a shared machine wall time mostly measures the neighbours). Vectors of
 every setting are compared with the first (min cosine). A script: it asserts nothing.
@@ -26,10 +26,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kbpack.embed as E  # noqa: E402
-from kbpack.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path  # noqa: E402
+import kbpack.model.embedder as E  # noqa: E402
 from kbpack.extract import Limits, discover, extract_all  # noqa: E402
-from kbpack.pieces import piece_texts, pieces_of  # noqa: E402
+from kbpack.index.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path  # noqa: E402
+from kbpack.index.pieces import piece_texts, pieces_of  # noqa: E402
 
 
 def build_texts(corpus: Path, embedder: E.Embedder) -> tuple[list[str], list[str]]:

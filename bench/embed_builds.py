@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from kbpack.embed import Embedder, available_threads  # noqa: E402
+from kbpack.model.embedder import Embedder, available_threads  # noqa: E402
 
 QUANT_TYPES = {"q8_0": 7, "bf16": 32, "f32": 0}  # llama.cpp's LLAMA_FTYPE_* values
 
@@ -49,10 +49,10 @@ _KBPACK_CHILD = """
 import json, sys, time
 from pathlib import Path
 import numpy as np
-from kbpack.embed import Embedder
+from kbpack.model.embedder import Embedder
 import llama_cpp
-from kbpack.llama_backend import load_cpu_backend
-import kbpack.embed as kbe
+from kbpack.model.llama_backend import load_cpu_backend
+import kbpack.model.embedder as kbe
 model, threads, knobs = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 texts_file, vec_out = sys.argv[4], sys.argv[5]
 kbe.FLASH_ATTENTION = knobs.get("flash", kbe.FLASH_ATTENTION)

@@ -6,7 +6,7 @@ OMP_WAIT_POLICY=PASSIVE: median ms per single-text embed and their ratios.
 
 Each policy runs in its own subprocess (the OpenMP runtime reads the variable once, when
 llama.cpp's library loads), and inside it main-thread and worker-thread embeds alternate so both
-see the same neighbours. The default arm imports ``kbpack.embed`` as the product does, so it
+see the same neighbours. The default arm imports ``kbpack.model.embedder`` as the product does, so it
 measures whatever policy the product sets; ``unset`` clears it and imports llama_cpp before
 kbpack, so the product cannot set it. A script, not a test: it
 prints figures and asserts nothing about time.
@@ -41,7 +41,7 @@ def child(n: int, model: str | None, early: bool) -> None:
     sys.path.insert(0, str(ROOT))
     if early:  # load llama.cpp (and OpenMP) before kbpack can set anything
         import llama_cpp  # noqa: F401
-    from kbpack.embed import Embedder
+    from kbpack.model.embedder import Embedder
 
     embedder = Embedder(Path(model) if model else None)
     embedder.embed_query("warm up")

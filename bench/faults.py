@@ -70,14 +70,14 @@ COMMANDS = ("build", "update", "merge", "migrate", "split")
 
 TRACED_BUILD = """
 import os, sys, time
-from kbpack.entry import answer_signals_early  # what the kbpack command does first
+from kbpack.cli.entry import answer_signals_early  # what the kbpack command does first
 answer_signals_early()
 with open(sys.argv[1], "a") as f:
     f.write(f"imports {{time.time():.6f}} {{os.getpid()}}\\n")
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from fault_points import trace
-from kbpack.cli import main
+from kbpack.cli.main import main
 log, out, phase, nth, delay, sig = Path(sys.argv[1]), Path(sys.argv[2]), *sys.argv[3:7]
 kill = (phase, int(nth), float(delay), int(sig)) if phase != "-" else None
 sys.argv = ["kbpack", *sys.argv[7:]]
@@ -94,7 +94,7 @@ def cli(*args: str) -> tuple[int, str]:
     """``kbpack ARGS`` in-process: (exit code, stderr)."""
     from click.testing import CliRunner
 
-    from kbpack.cli import cli as group
+    from kbpack.cli.main import cli as group
 
     r = CliRunner().invoke(group, list(args))
     if r.exception is not None and not isinstance(r.exception, SystemExit):

@@ -6,7 +6,7 @@ For every question the dense similarities and BM25 scores are computed once (the
 model), then each fusion rule is applied to the same scores, so the rules differ only in fusion.
 Prints recall@1/4/8/20 and MRR per phrasing ("doc": the document's words; "ticket": a
 paraphrase), the paired sign test of each rule against dense alone, and, last, kbpack's rule
-(``kbpack.fusion.convex``) against the rule it replaced (weighted RRF switched by code-like
+(``kbpack.search.fusion.convex``) against the rule it replaced (weighted RRF switched by code-like
 terms), paired, per phrasing.
 """
 
@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 
 import kbpack
-from kbpack.evaluate import load_questions, normalize, paired
-from kbpack.fusion import DENSE_WEIGHT, convex
-from kbpack.lexical import tokenize, top_k
+from kbpack.ops.evaluate import load_questions, normalize, paired
 from kbpack.pack import format as F
-from kbpack.search import CANDIDATES, code_like_terms, rrf
+from kbpack.search.bm25 import top_k
+from kbpack.search.fusion import DENSE_WEIGHT, convex
+from kbpack.search.searcher import CANDIDATES, code_like_terms, rrf
+from kbpack.text.analyze import tokenize
 
 # The rule kbpack used before the convex fusion (kbpack <= 0.x, RRF k = 60): BM25 at full
 # weight when the query holds a code-like term, else only its top 3 at weight 0.25.

@@ -1,4 +1,4 @@
-"""Long fuzz runs of the pack reader + verify, and of the extractors (kbpack/fuzz/).
+"""Long fuzz runs of the pack reader + verify, and of the extractors (kbpack/testing/fuzz/).
 
 Pack reader: mutants of small packs built here with a tiny random-weight model (dense with
 sentence pieces, the model embedded, BM25 only) and of the golden pack, each run through
@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_gguf: the tiny model the tests build
 
-from kbpack.fuzz.pack_target import PackCommands  # noqa: E402
-from kbpack.fuzz.runner import FuzzResult, PackFuzzer  # noqa: E402
-from kbpack.fuzz.seeds import build_seed_packs  # noqa: E402
+from kbpack.testing.fuzz.pack_target import PackCommands  # noqa: E402
+from kbpack.testing.fuzz.runner import FuzzResult, PackFuzzer  # noqa: E402
+from kbpack.testing.fuzz.seeds import build_seed_packs  # noqa: E402
 
 GOLDEN = ROOT / "fixtures" / "golden" / "v2.kbpack"
 GOLDEN_QUERY = "pypdf merge pages"
@@ -157,8 +157,8 @@ def run_jobs(args: argparse.Namespace) -> None:
 
 
 def doc_seeds(work: Path) -> list[Path]:
-    from kbpack.fuzz.doc_target import DEFAULT_SEEDS
-    from kbpack.fuzz.seeds import DOCS
+    from kbpack.testing.fuzz.doc_target import DEFAULT_SEEDS
+    from kbpack.testing.fuzz.seeds import DOCS
 
     small = []
     for name in ("manual.html", "pumps.md", "valves.txt"):
@@ -168,7 +168,7 @@ def doc_seeds(work: Path) -> list[Path]:
 
 
 def run_docs(args: argparse.Namespace, load: str) -> None:
-    from kbpack.fuzz.doc_target import DocFuzzer
+    from kbpack.testing.fuzz.doc_target import DocFuzzer
 
     results = []
     with (

@@ -65,7 +65,7 @@ def child(pack: str, what: str) -> float:
 
     sys.path.insert(0, str(ROOT))
     from kbpack.pack.read import PackReader
-    from kbpack.search import Searcher
+    from kbpack.search.searcher import Searcher
 
     class GivenVector:
         """The query's vector, handed back without a model (its cost does not grow)."""

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kbpack.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
-from kbpack.embed import Embedder
-from kbpack.evaluate import load_questions, normalize, paired
 from kbpack.extract import discover, extract_all
+from kbpack.index.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
+from kbpack.model.embedder import Embedder
+from kbpack.ops.evaluate import load_questions, normalize, paired
 
 ROOT = Path(__file__).resolve().parent.parent
 KS = (1, 4, 8, 20)

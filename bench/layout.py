@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from dense import questions  # noqa: E402
 
 from kbpack.pack.read import PackReader  # noqa: E402
-from kbpack.search import Searcher  # noqa: E402
+from kbpack.search.searcher import Searcher  # noqa: E402
 from kbpack.verify.pipeline import verify_pack  # noqa: E402
 
 OPEN = "from kbpack.pack.read import PackReader; import sys; PackReader(sys.argv[1]).close()"

@@ -11,7 +11,7 @@
    pack, ``Searcher.use_pieces = False``), so only the scoring differs. Recall@1/4/8/20, MRR
    and the exact sign test on discordant pairs; then refusal at the pack's default threshold:
    out-of-domain queries answered (bluffs) and answerable questions refused.
-3. The dense scan: kbpack's scoring (``kbpack.dense.chunk_scores``: chunk matmul, piece
+3. The dense scan: kbpack's scoring (``kbpack.search.dense.chunk_scores``: chunk matmul, piece
    matmul, per-chunk max) against a bare numpy matmul over the same chunk + piece vectors, on
    random unit vectors with the dev pack's pieces-per-chunk ratio, median of repeats. The issue's
    target is <= 1.2x.
@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 import kbpack
-from kbpack.dense import PieceIndex, chunk_scores
-from kbpack.evaluate import load_queries, load_questions, mrr, normalize, paired, recall_at
+from kbpack.ops.evaluate import load_queries, load_questions, mrr, normalize, paired, recall_at
 from kbpack.pack import format as F
+from kbpack.search.dense import PieceIndex, chunk_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 KS = (1, 4, 8, 20)

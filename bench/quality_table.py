@@ -13,7 +13,7 @@ every chunk. Each rule then ranks the same scores, so rules differ only in how t
 them:
 
 * ``bm25``, ``dense`` (with / without pieces);
-* ``hybrid``: kbpack's rule (``kbpack.fusion.convex``: 0.8 * minmax(cos) + 0.2 * bm25/max over
+* ``hybrid``: kbpack's rule (``kbpack.search.fusion.convex``: 0.8 * minmax(cos) + 0.2 * bm25/max over
   dense top 100 union BM25 top 100), with and without pieces;
 * ``hybrid, old rule``: weighted RRF (k = 60) with BM25 at full weight when the query holds a
   code-like word, else its top 3 at 0.25 (kbpack before issue 13);
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import kbpack
-from kbpack.evaluate import (
+from kbpack.ops.evaluate import (
     Question,
     load_queries,
     load_questions,
@@ -45,9 +45,9 @@ from kbpack.evaluate import (
     recall_at,
     wilson,
 )
-from kbpack.fusion import DENSE_WEIGHT, convex
-from kbpack.lexical import top_k
-from kbpack.search import CANDIDATES, code_like_terms, content_terms, idf, rrf
+from kbpack.search.bm25 import top_k
+from kbpack.search.fusion import DENSE_WEIGHT, convex
+from kbpack.search.searcher import CANDIDATES, code_like_terms, content_terms, idf, rrf
 
 ROOT = Path(__file__).resolve().parent.parent
 PHRASINGS = ("doc", "ticket")

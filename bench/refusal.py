@@ -8,7 +8,7 @@ For each query the ranking is computed once (``refuse=False``) and both gates ar
 * old: a result passes below the threshold, or when it holds every code-like query term and
   one of them is rare in the pack (kbpack before issue 13);
 * new: the same, but the chunk must also hold content words carrying at least half of the
-  query's IDF weight (``kbpack.search.IdentifierGate``).
+  query's IDF weight (``kbpack.search.searcher.IdentifierGate``).
 
 Prints, at the default threshold and at each gate's calibrated threshold: out-of-domain queries
 refused, answerable questions falsely refused and answered correctly; then the paired sign
@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import kbpack
-from kbpack import evaluate as E
-from kbpack.search import IdentifierGate
+from kbpack.ops import evaluate as E
+from kbpack.search.searcher import IdentifierGate
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = 0.675

@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 
 import kbpack
-from kbpack.build import BuildOptions, build
-from kbpack.evaluate import load_questions
 from kbpack.model import convert_bert
 from kbpack.model.cache import default_weights_dir
 from kbpack.model.safetensors import read_safetensors
+from kbpack.ops.build import BuildOptions, build
+from kbpack.ops.evaluate import load_questions
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from dense import OUT, SYNTH_PACK, ReplayedQueries, questions  # noqa: E402
 
 from kbpack.pack.read import PackReader  # noqa: E402
-from kbpack.search import CANDIDATES, Searcher  # noqa: E402
+from kbpack.search.searcher import CANDIDATES, Searcher  # noqa: E402
 
 _OPEN_CHILD = """
 import sys, time
@@ -155,14 +155,14 @@ def open_times(path: Path, repeat: int) -> dict[str, float]:
 
 
 def chunk_tokens(reader: PackReader) -> list[list[str]]:
-    from kbpack.lexical import tokenize
+    from kbpack.text.analyze import tokenize
 
     return [tokenize(reader.chunk_content(i)) for i in range(reader.counts["chunks"])]
 
 
 def latencies(path: Path, texts: list[str], repeat: int, with_bm25s: bool) -> dict[str, Any]:
     import kbpack
-    from kbpack.lexical import tokenize
+    from kbpack.text.analyze import tokenize
 
     out: dict[str, Any] = {}
     with kbpack.open(path) as pack:

@@ -6,7 +6,7 @@
 Two in-memory BM25 indexes over the pack's chunk contents (k1 = 1.2, b = 0.75, Lucene idf, as
 kbpack scores): kbpack's tokens as they are, and the same tokens with every purely alphabetic
 one replaced by its Snowball English stem (codes and identifiers stay whole). Each is ranked
-alone and fused with the pack's dense scores by kbpack's rule (``kbpack.fusion.convex``). Prints
+alone and fused with the pack's dense scores by kbpack's rule (``kbpack.search.fusion.convex``). Prints
 MRR and the paired sign test stem vs plain at k = 1, 4, 8, 20 for each mode and phrasing.
 Issue 13's rule: adopt only if it wins on both phrasings, with margin.
 """
@@ -23,9 +23,9 @@ import numpy as np
 import snowballstemmer  # bench only
 
 import kbpack
-from kbpack.evaluate import load_questions, normalize, paired
-from kbpack.fusion import convex
-from kbpack.lexical import tokenize
+from kbpack.ops.evaluate import load_questions, normalize, paired
+from kbpack.search.fusion import convex
+from kbpack.text.analyze import tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
 K1, B = 1.2, 0.75

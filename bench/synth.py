@@ -37,11 +37,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kbpack.chunk import ChunkConfig, chunk_document  # noqa: E402
-from kbpack.document import Document  # noqa: E402
 from kbpack.extract.markdown import markdown_headings  # noqa: E402
 from kbpack.extract.structure import build_sections  # noqa: E402
-from kbpack.text import canonicalize  # noqa: E402
+from kbpack.index.chunk import ChunkConfig, chunk_document  # noqa: E402
+from kbpack.text.canonical import canonicalize  # noqa: E402
+from kbpack.text.document import Document  # noqa: E402
 
 SOURCES = (ROOT / "fixtures" / "eval" / "corpus", ROOT.parent / "shared" / "seeds")
 # Content limit without a model: ~1000 characters is about the default model's 256-token
@@ -169,7 +169,7 @@ class Generator:
 
 def default_identity() -> dict[str, Any]:
     """The default model's identity stamp (read from the GGUF header; llama.cpp not loaded)."""
-    from kbpack.embed import default_model_path
+    from kbpack.model.embedder import default_model_path
     from kbpack.model.identity import identify_gguf
 
     return identify_gguf(default_model_path()).as_dict()
@@ -191,9 +191,9 @@ def build_pack(
     ``pieces``, each chunk is cut into sentence pieces by kbpack's own rule (real offsets, as
     ``build --pieces`` cuts them) and each piece gets a random unit vector too.
     """
-    from kbpack.lexical import PostingsBuilder
+    from kbpack.index.pieces import pieces_of
+    from kbpack.index.postings import PostingsBuilder
     from kbpack.pack.write import PackWriter
-    from kbpack.pieces import pieces_of
 
     t0 = time.perf_counter()
     gen = Generator(Pool(), seed, prefix=prefix)

@@ -1,4 +1,4 @@
-"""How long does "did you mean" take on a large vocabulary? kbpack.typos.near_terms against a
+"""How long does "did you mean" take on a large vocabulary? kbpack.search.typos.near_terms against a
 brute-force scan (every term sharing the first letter, edit distance computed for each).
 
     python bench/typos.py [--terms 300000]
@@ -15,8 +15,8 @@ import random
 import statistics
 import time
 
-from kbpack.lexical import TermLookup
-from kbpack.typos import max_edits, near_terms, osa_distance
+from kbpack.pack.bm25_store import TermLookup
+from kbpack.search.typos import max_edits, near_terms, osa_distance
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzé"
 WEIGHTS = [8, 1.5, 3, 4, 12, 2, 2, 6, 7, 0.2, 0.8, 4, 2.4, 6.7, 7.5, 1.9, 0.1, 6, 6.3, 9, 2.8,

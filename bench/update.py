@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kbpack.build import BuildOptions, BuildReport, build  # noqa: E402
-from kbpack.pack.diff import diff_packs  # noqa: E402
-from kbpack.update import update_pack  # noqa: E402
+from kbpack.ops.build import BuildOptions, BuildReport, build  # noqa: E402
+from kbpack.ops.diff import diff_packs  # noqa: E402
+from kbpack.ops.update import update_pack  # noqa: E402
 
 CORPUS = ROOT / "fixtures" / "eval" / "corpus"
 _TAGS = re.compile(r"<[^>]+>")

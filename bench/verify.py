@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kbpack.document import Document, Section
-from kbpack.lexical import PostingsBuilder
+from kbpack.index.postings import PostingsBuilder
 from kbpack.pack.write import PackWriter
+from kbpack.text.document import Document, Section
 from kbpack.verify.pipeline import verify_pack
 
 CHUNKS_PER_DOC = 100
@@ -137,7 +137,7 @@ def main() -> None:
     report = verify_pack(pack)
     assert report.intact, [str(f) for f in report.findings]
     t_lib = best_of(3, lambda: verify_pack(pack))
-    cli = [sys.executable, "-c", "from kbpack.cli import main; main()", "verify", str(pack)]
+    cli = [sys.executable, "-c", "from kbpack.cli.main import main; main()", "verify", str(pack)]
     t_cli = best_of(3, lambda: subprocess.run(cli, check=True, capture_output=True))
     t_deep = best_of(1, lambda: verify_pack(pack, deep=True))
     rows = [

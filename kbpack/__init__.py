@@ -6,11 +6,11 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.1"
+from kbpack.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from kbpack.api import Pack
-    from kbpack.federate import PackSet
+    from kbpack.search.federate import PackSet
 
 
 def open(path: str | os.PathLike[str], **kwargs: Any) -> Pack:
@@ -22,6 +22,6 @@ def open(path: str | os.PathLike[str], **kwargs: Any) -> Pack:
 
 def open_many(paths: Sequence[str | os.PathLike[str]], **kwargs: Any) -> PackSet:
     """Open several packs searched as one (BM25 statistics summed, one model): ``.search()``."""
-    from kbpack.federate import PackSet
+    from kbpack.search.federate import PackSet
 
     return PackSet(paths, **kwargs)

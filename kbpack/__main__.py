@@ -1,5 +1,5 @@
 """``python -m kbpack`` is the ``kbpack`` command."""
 
-from kbpack.entry import main
+from kbpack.cli.entry import main
 
 main()

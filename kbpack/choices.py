@@ -1,6 +1,6 @@
 """Fixed sets the CLI offers as choices, in a leaf module (no imports): ``kbpack query`` builds
 its options from them without importing the extractors' package or the search (which it
-imports later, while the model loads: kbpack/model_load.py)."""
+imports later, while the model loads: kbpack/model/load.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ KIND_BY_SUFFIX: dict[str, str] = {
     ".docx": "docx",
 }
 
-# Search modes (kbpack.search): fused, vectors only, words only.
+# Search modes (kbpack.search.searcher): fused, vectors only, words only.
 MODES = ("hybrid", "dense", "bm25")
 
 __all__ = ["KIND_BY_SUFFIX", "MODES"]

@@ -9,7 +9,7 @@ from enum import IntEnum
 
 
 class Exit(IntEnum):
-    """The exit codes of the ``kbpack`` command; ``kbpack.cli.EXIT`` says what each one means."""
+    """The exit codes of the ``kbpack`` command; ``kbpack.cli.main.EXIT`` says what each one means."""
 
     OK = 0
     FAILURE = 1  # failure, findings (verify), differences (diff), a failed document (--strict)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 
 
 def run(*args: str) -> tuple[int, str, str]:

@@ -69,7 +69,7 @@ def inject(phase: str, err: int, out: Path) -> Iterator[None]:
     """While inside, the write of ``out`` fails at ``phase`` with ``err``."""
     import builtins
 
-    from kbpack import build
+    from kbpack.ops import build
     from kbpack.pack import write
 
     if phase == "discover":  # reading the source folders
@@ -144,7 +144,7 @@ def _set(module: Any, open_: Any) -> Iterator[None]:
 
 
 # A killed write reports the phase it was in: ``startup`` (the interpreter starting, before any
-# kbpack code), ``imports`` (kbpack/entry.py answers signals; the CLI is being imported), the
+# kbpack code), ``imports`` (kbpack/cli/entry.py answers signals; the CLI is being imported), the
 # phases above as the build meets them, then ``published`` (the rename onto the output is done;
 # the process is finishing).
 KILL_PHASES = ("startup", "imports", *PHASES, "published")
@@ -166,7 +166,7 @@ def trace(log: Path, out: Path, kill: tuple[str, int, float, int] | None = None)
     import threading
     import time
 
-    from kbpack import build
+    from kbpack.ops import build
     from kbpack.pack import write
 
     writer = os.getpid()

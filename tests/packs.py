@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kbpack.chunk import ChunkConfig, chunk_document
-from kbpack.document import Document, Section
-from kbpack.lexical import PostingsBuilder
+from kbpack.index.chunk import ChunkConfig, chunk_document
+from kbpack.index.postings import PostingsBuilder
 from kbpack.pack.write import CommitResult, PackWriter
+from kbpack.text.document import Document, Section
 
 
 def markdown_doc(name: str, text: str) -> Document:

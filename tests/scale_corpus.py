@@ -8,7 +8,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from kbpack.build import BuildOptions, build
+from kbpack.ops.build import BuildOptions, build
 
 PART_A = {
     "alpha.md": """# Rotating logs

@@ -1,4 +1,4 @@
-"""The pruned top-k (kbpack.bm25_top) returns exactly what scoring every chunk returns.
+"""The pruned top-k (kbpack.search.bm25_top) returns exactly what scoring every chunk returns.
 
 "Exactly": the same ids in the same order with the same float64 scores, compared with ``==``,
 against ``top_k`` over ``bm25_scores`` (every matching chunk scored, the reference path), which
@@ -16,20 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbpack.bm25_top import DenseTerm, TermList, _top_k_pruned, scores_at, top_k_exact
-from kbpack.lexical import (
-    DENSE_SHARE,
-    SNOWBALL_ENGLISH,
-    BM25Index,
-    PostingsBuilder,
-    TermLookup,
-    analyzer,
-    bm25_scores,
-    dense_rows,
-    length_norms,
-    read_term_lists,
-    top_k,
-)
+from kbpack.index.postings import PostingsBuilder
+from kbpack.pack.bm25_store import DENSE_SHARE, TermLookup, dense_rows
+from kbpack.search.bm25 import BM25Index, bm25_scores, length_norms, read_term_lists, top_k
+from kbpack.search.bm25_top import DenseTerm, TermList, _top_k_pruned, scores_at, top_k_exact
+from kbpack.text.analyze import SNOWBALL_ENGLISH, analyzer
 
 
 def build(texts: list[str], analyzer_name: str | None = None) -> tuple[TermLookup, object]:
@@ -273,7 +264,7 @@ def test_a_packs_first_query_equals_its_baked_queries(name: str) -> None:
     on it uses the baked index: the same ids and scores, and the same as reading every term's
     postings. Packs written before the dense rows (v1, 0.2.0) are read from postings alone."""
     from kbpack.pack.read import PackReader
-    from kbpack.search import Searcher
+    from kbpack.search.searcher import Searcher
 
     queries = ["the cache", "zlib compression level", "cookie file format", "nothing-here", ""]
     queries += ["the of and a to in is", "the pypdf page of a file", "NULL values in SQL"]
@@ -321,7 +312,7 @@ def test_both_storage_layouts_of_the_read_whole_columns_answer_alike(
     from kbpack.pack import format as F
     from kbpack.pack import storage
     from kbpack.pack.read import PackReader
-    from kbpack.search import Searcher
+    from kbpack.search.searcher import Searcher
 
     read_whole = (F.BM25_TERMS_BLOB, F.BM25_TERMS_OFFSETS, F.BM25_INDPTR, F.BM25_DOC_LEN)
     docs = [markdown_doc(f"d{i}.md", (SAMPLE, ITALIAN)[i % 2] * (1 + i % 3)) for i in range(12)]

@@ -366,9 +366,9 @@ def test_hybrid_order_is_the_convex_fusion_of_the_packs_scores(pack: Path, model
     import numpy as np
 
     import kbpack
-    from kbpack.fusion import RULE, convex
-    from kbpack.lexical import tokenize
-    from kbpack.search import heading_only
+    from kbpack.search.fusion import RULE, convex
+    from kbpack.search.searcher import heading_only
+    from kbpack.text.analyze import tokenize
 
     query = "which compression do archives use when zlib is missing"
     with kbpack.open(pack, model=model) as p:

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from test_verify_fixture import restamp
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.pack.storage import compressed, data_spans

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbpack.chunk import (
+from kbpack.errors import UsageError
+from kbpack.index.chunk import (
     Chunk,
     ChunkConfig,
     ChunkResult,
@@ -22,8 +23,7 @@ from kbpack.chunk import (
     section_path,
     title_only_sections,
 )
-from kbpack.document import Document, Page, Section
-from kbpack.errors import UsageError
+from kbpack.text.document import Document, Page, Section
 
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*\r?$", re.M)
 
@@ -370,7 +370,7 @@ def test_failed_documents_and_bad_configs() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_embedder(tiny_model: Path) -> Iterator[Any]:
-    from kbpack.embed import Embedder
+    from kbpack.model.embedder import Embedder
 
     embedder = Embedder(tiny_model)
     yield embedder

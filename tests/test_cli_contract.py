@@ -16,8 +16,8 @@ from pathlib import Path
 import click
 import pytest
 
-from kbpack.cli import EXIT, cli, main
-from kbpack.commands.common import SCHEMA
+from kbpack.cli.commands.common import SCHEMA
+from kbpack.cli.main import EXIT, cli, main
 from kbpack.errors import Exit
 
 ROOT = Path(__file__).parent.parent
@@ -82,7 +82,7 @@ def flags(cmd: click.Command) -> set[str]:
 
 
 def run(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Through kbpack.cli.main, the real entry point, with C-level output captured too."""
+    """Through kbpack.cli.main.main, the real entry point, with C-level output captured too."""
     with pytest.raises(SystemExit) as e:
         main(list(args))
     out, err = capfd.readouterr()
@@ -309,7 +309,7 @@ def test_completion_script_and_completions(capfd: pytest.CaptureFixture[str]) ->
     env = dict(os.environ, _KBPACK_COMPLETE="bash_complete", COMP_WORDS="kbpack query x --mo")
     env["COMP_CWORD"] = "3"
     r = subprocess.run(
-        [sys.executable, "-c", "from kbpack.cli import main; main()"],
+        [sys.executable, "-c", "from kbpack.cli.main import main; main()"],
         env=env,
         capture_output=True,
         text=True,

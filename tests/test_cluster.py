@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from scale_corpus import PART_A, PART_B, assert_same_content, build_pack, write_folder
 
-from kbpack.build import BuildOptions
+from kbpack.ops.build import BuildOptions
 from kbpack.pack.read import PackReader
 
 pytest.importorskip("distributed")
 
-from kbpack.cluster import cluster_build
+from kbpack.ops.cluster import cluster_build
 
 # more documents than one batch (8), so that two workers share the work
 FILES = {
@@ -40,7 +40,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 
     root = tmp_path_factory.mktemp("cluster")
     # positions 512, window 400: chunks long enough to have sentence pieces (a context of
-    # 400 tokens aborted llama.cpp before kbpack rounded it to 512: kbpack/embed.py)
+    # 400 tokens aborted llama.cpp before kbpack rounded it to 512: kbpack/model/embedder.py)
     model = build_tiny_gguf(root / "wide.gguf", name="wide", positions=512, window=400)
     src = write_folder(root / "src", FILES)
     return src, model, build_pack(src, root / "single.kbpack", model)
@@ -119,7 +119,7 @@ def test_a_local_cluster_whose_nannies_gave_up_is_scaled_back_instead_of_waited_
     import dask
     from distributed import Client, LocalCluster
 
-    from kbpack.cluster import _Results
+    from kbpack.ops.cluster import _Results
 
     # the scheduler forgets a lost worker after this; 1 s instead of 15 keeps the test short
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}):

@@ -1,4 +1,4 @@
-"""Copies of one passage (kbpack/copies.py): normalisation, MinHash, grouping."""
+"""Copies of one passage (kbpack/pack/copies.py): normalisation, MinHash, grouping."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from test_verify import _with_fixed_digests, codes
 
-from kbpack.copies import (
+from kbpack.pack import format as F
+from kbpack.pack.copies import (
     MIN_SHINGLES,
     NEAR_THRESHOLD,
     RULE,
@@ -22,7 +23,6 @@ from kbpack.copies import (
     signature,
     similarity,
 )
-from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from tests.packs import markdown_doc, write_pack
 
@@ -273,7 +273,7 @@ def test_the_independent_reader_agrees_on_the_groups(tmp_path: Path) -> None:
 
 def test_merge_recomputes_the_groups(tmp_path: Path) -> None:
     """Copies in two packs become one group in their merge (the writer groups what it writes)."""
-    from kbpack.merge import merge_packs
+    from kbpack.ops.merge import merge_packs
 
     a, b = tmp_path / "a.kbpack", tmp_path / "b.kbpack"
     write_pack(a, [markdown_doc("guide.md", f"# Orphaning\n\n{PASSAGE}\n")])
@@ -288,7 +288,7 @@ def test_merge_recomputes_the_groups(tmp_path: Path) -> None:
 
 
 def test_diff_says_when_copy_groups_change(tmp_path: Path) -> None:
-    from kbpack.pack.diff import diff_packs
+    from kbpack.ops.diff import diff_packs
 
     docs = [
         markdown_doc("a.md", f"# A\n\n{PASSAGE}\n"),
@@ -307,7 +307,7 @@ def test_context_section_lists_the_other_places_as_sections(tmp_path: Path) -> N
     """With --context section a result cites its section, so the places in ``also`` are the
     other copies' sections too (they were chunk locators: a mix no reader could compare)."""
     import kbpack
-    from kbpack.search import locator
+    from kbpack.search.searcher import locator
 
     with kbpack.open(copies_pack(tmp_path / "c.kbpack"), load_model=False) as p:
         r = p.reader

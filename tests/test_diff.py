@@ -11,8 +11,8 @@ from cli_run import run
 from packs import SAMPLE, failed_doc, markdown_doc, write_pack
 from tiny_gguf import build_tiny_gguf
 
+from kbpack.ops.diff import diff_packs
 from kbpack.pack import format as F
-from kbpack.pack.diff import diff_packs
 from kbpack.pack.read import PackReader
 
 CORPUS = {

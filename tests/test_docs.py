@@ -8,9 +8,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from kbpack import lexical
-from kbpack.cli import COMMANDS, cli
+from kbpack.cli.main import COMMANDS, cli
 from kbpack.pack import format as F
+from kbpack.text import analyze as lexical
 
 ROOT = Path(__file__).parent.parent
 SPEC = (ROOT / "spec" / "FORMAT.md").read_text()

@@ -1,5 +1,5 @@
 """A cold ``kbpack query`` starts loading the default model before the CLI is imported
-(kbpack/early_model.py). It is a head start only: the answers, the errors and the exit codes
+(kbpack/model/early.py). It is a head start only: the answers, the errors and the exit codes
 must be those of the query without it, a load that the query does not choose must be waited
 for and dropped, and a command line it cannot read with certainty must start nothing."""
 
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from cli_run import run
 
-from kbpack import early_model
-from kbpack.cli import main
-from kbpack.commands.query import query
-from kbpack.early_model import FLAGS, VALUE_OPTIONS, Plan, plan
-from kbpack.embed import Embedder
+from kbpack.cli.commands.query import query
+from kbpack.cli.main import main
+from kbpack.model import early as early_model
+from kbpack.model.early import FLAGS, VALUE_OPTIONS, Plan, plan
+from kbpack.model.embedder import Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = {
@@ -33,7 +33,7 @@ DOCS = {
 
 
 def run_main(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``kbpack ARGS`` through kbpack.cli.main in this process (no head start)."""
+    """``kbpack ARGS`` through kbpack.cli.main.main in this process (no head start)."""
     capfd.readouterr()
     with pytest.raises(SystemExit) as e:
         main(list(args))
@@ -99,7 +99,7 @@ def test_several_packs_start_nothing(tmp_path: Path) -> None:
     a, b = tmp_path / "a.kbpack", tmp_path / "b.kbpack"
     a.write_bytes(b"x")
     b.write_bytes(b"x")
-    assert plan([str(a), str(b), "rotate"]) is None  # kbpack.federate loads its own way
+    assert plan([str(a), str(b), "rotate"]) is None  # kbpack.search.federate loads its own way
     assert plan([str(a), "b.kbpack", "rotate"]) == Plan(a, None, "b.kbpack rotate")  # text
 
 
@@ -170,7 +170,7 @@ def test_the_query_claims_the_head_start_and_answers_the_same(
 def test_the_kbpack_process_answers_and_fails_as_the_cli_does(
     default_pack: Path, extra: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """The real process (kbpack.entry, with the head start) against the CLI in-process."""
+    """The real process (kbpack.cli.entry, with the head start) against the CLI in-process."""
     args = ["query", str(default_pack), "rotate the logs", "--json", "--quiet", *extra]
     code, out, err = run_main(capfd, *args)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbpack.embed import Embedder
 from kbpack.errors import ModelError
 from kbpack.model import identify_gguf, sha256_file
+from kbpack.model.embedder import Embedder
 
 TEXTS = ["the pack is offline", "search the text file", "", "model vector", "a b c", "x"]
 
@@ -128,9 +128,7 @@ def test_gguf_without_bos_token_is_refused_not_aborted(tiny_model: Path, tmp_pat
     from tiny_gguf import rewrite_gguf
 
     broken = rewrite_gguf(tiny_model, tmp_path / "nobos.gguf", drop={"tokenizer.ggml.bos_token_id"})
-    code = (
-        f"from kbpack.embed import Embedder; Embedder(__import__('pathlib').Path({str(broken)!r}))"
-    )
+    code = f"from kbpack.model.embedder import Embedder; Embedder(__import__('pathlib').Path({str(broken)!r}))"
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert child.returncode == 1, child.stderr[-500:]
     assert "ModelError" in child.stderr
@@ -144,9 +142,9 @@ def test_many_tiny_texts_on_a_long_context_model(
     # llama.cpp's limit of 256 sequences per batch: they must be split, not rejected.
     from tiny_gguf import build_tiny_gguf, rewrite_gguf
 
-    import kbpack.embed
+    import kbpack.model.embedder
 
-    monkeypatch.setattr(kbpack.embed, "BATCH_TOKENS", 1024)
+    monkeypatch.setattr(kbpack.model.embedder, "BATCH_TOKENS", 1024)
     model = build_tiny_gguf(tmp_path / "long.gguf", positions=1024, window=None)
     e = Embedder(model, threads=1)
     assert e.window == 1024
@@ -168,7 +166,7 @@ def test_missing_llama_cpp_is_a_clear_error(tiny_model: Path) -> None:
     code = (
         "import sys; sys.modules['llama_cpp'] = None\n"
         "from pathlib import Path\n"
-        "from kbpack.embed import Embedder\n"
+        "from kbpack.model.embedder import Embedder\n"
         "from kbpack.errors import ModelError\n"
         f"try: Embedder(Path({str(tiny_model)!r}))\n"
         "except ModelError as e: print(e)\n"

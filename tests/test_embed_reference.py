@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbpack.embed import Embedder
 from kbpack.errors import ModelError
 from kbpack.model import cache, default_model_path, identify_gguf, sha256_file
+from kbpack.model.embedder import Embedder
 
 REFERENCE = Path(__file__).parents[1] / "fixtures" / "reference_vectors" / "all-MiniLM-L6-v2.json"
 

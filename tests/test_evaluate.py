@@ -1,4 +1,4 @@
-"""Metrics of kbpack.evaluate against hand-computed values and small known rankings."""
+"""Metrics of kbpack.ops.evaluate against hand-computed values and small known rankings."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kbpack import evaluate as E
 from kbpack.errors import UsageError
+from kbpack.ops import evaluate as E
 
 
 # -- Wilson score interval ------------------------------------------------------------------------

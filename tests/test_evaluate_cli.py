@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kbpack import evaluate as E
-from kbpack.cli import cli, main
+from kbpack.cli.main import cli, main
+from kbpack.ops import evaluate as E
 from tests.packs import markdown_doc, write_pack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """Through kbpack.cli.main, which turns library errors into one line and an exit code."""
+    """Through kbpack.cli.main.main, which turns library errors into one line and an exit code."""
     with pytest.raises(SystemExit) as e:
         main(list(args))
     return int(e.value.code or 0), capsys.readouterr().err
@@ -287,10 +287,10 @@ def test_calibrate_refuses_to_recommend_from_a_tiny_set(
 def test_eval_and_calibrate_are_library_calls_the_commands_only_print(
     vector_pack: Path, tiny_model: Path, cal_files: dict[str, Path]
 ) -> None:
-    """The measuring lives in kbpack.evaluate_pack / kbpack.calibrate: their reports are what
+    """The measuring lives in kbpack.ops.evaluate_pack / kbpack.ops.calibrate: their reports are what
     --json prints, less the envelope."""
-    from kbpack.calibrate import calibrate_pack
-    from kbpack.evaluate_pack import evaluate_pack
+    from kbpack.ops.calibrate import calibrate_pack
+    from kbpack.ops.evaluate_pack import evaluate_pack
 
     q, ood, model = cal_files["q"], cal_files["ood"], str(tiny_model)
     report, qs = evaluate_pack(vector_pack, q, ks=[1, 4], model=tiny_model, show_ranks=True)
@@ -322,14 +322,14 @@ def test_eval_and_calibrate_are_library_calls_the_commands_only_print(
 
 
 def test_calibrate_says_what_a_looser_threshold_costs() -> None:
-    from kbpack.commands.calibrate import render_calibration
+    from kbpack.cli.commands.calibrate import render_calibration
 
     rows = E.sweep(
         [E.Gate((0.7,), (True,))] * 20, [E.Gate((0.68,), (False,))] * 10, E.threshold_grid(), 1
     )
     best = E.recommend(rows)
     assert best is not None and best.threshold == 0.7  # every question is at 0.7: looser
-    from kbpack.calibrate import vs_default
+    from kbpack.ops.calibrate import vs_default
 
     report = {
         "pack": "p", "mode": "hybrid", "k": 1, "questions": 20, "ood": 10, "rule": E.rule_text(),
@@ -404,7 +404,7 @@ def test_calibration_gate_matches_what_query_does(vector_pack: Path, tiny_model:
     """The sweep must predict the real refusal gate: for each query and threshold, search with
     that threshold answers exactly when the gate model says so, with the same correctness."""
     import kbpack
-    from kbpack.calibrate import gate as gate_of
+    from kbpack.ops.calibrate import gate as gate_of
 
     with kbpack.open(str(vector_pack), model=tiny_model) as p:
         queries = [(q["query"], q["needle"]) for q in QUESTIONS] + [(o["query"], None) for o in OOD]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.document import Document
 from kbpack.extract import EXTRACTOR_VERSIONS, extract_file
-from kbpack.text import is_clean
+from kbpack.text.canonical import is_clean
+from kbpack.text.document import Document
 
 DOCS = Path(__file__).resolve().parent.parent / "fixtures" / "docs"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.document import Document
 from kbpack.extract import Limits, extract_file
+from kbpack.text.document import Document
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 HOSTILE = ROOT / "hostile"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbpack.chunk import ChunkConfig, chunk_document, section_path
 from kbpack.extract import extract_file
+from kbpack.index.chunk import ChunkConfig, chunk_document, section_path
 
 SPHINX = """<!DOCTYPE html><html><head><title>5. Managing Packages</title></head><body>
 <div class="related" role="navigation"><ul><li><a href="index.html">Debian Developer's

@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbpack.document import Document
 from kbpack.extract import extract_file
+from kbpack.text.document import Document
 
 _spec = importlib.util.spec_from_file_location(
     "make_hostile", Path(__file__).resolve().parent.parent / "fixtures" / "hostile" / "make.py"

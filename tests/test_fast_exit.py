@@ -1,4 +1,4 @@
-"""A finished ``kbpack query`` ends with ``os._exit`` (kbpack/fast_exit.py): its output must
+"""A finished ``kbpack query`` ends with ``os._exit`` (kbpack/cli/fast_exit.py): its output must
 still arrive whole, with the CLI's exit code; and where Python's normal exit has work to do,
 the normal exit is taken."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.fast_exit import exit_now
+from kbpack.cli.fast_exit import exit_now
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def test_buffered_output_arrives_and_the_code_is_kept() -> None:
     # stdout is a pipe here, so block-buffered: without the flush the lines would be lost
     done = python(
         "import sys, atexit\n"
-        "from kbpack.fast_exit import exit_now\n"
+        "from kbpack.cli.fast_exit import exit_now\n"
         "atexit.register(lambda: print('teardown ran'))\n"
         "print('answer ' * 5000); print('note', file=sys.stderr)\n"
         "exit_now(3)\n"

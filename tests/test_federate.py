@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from scale_corpus import PART_A, PART_B, build_pack, write_folder
 
 import kbpack
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.errors import UsageError
 from kbpack.pack.rewrite import rewrite_search_settings
 
@@ -51,7 +51,7 @@ def packs(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Pa
     return out
 
 
-def _key(resp: kbpack.search.SearchResponse) -> list[tuple[object, ...]]:
+def _key(resp: kbpack.search.searcher.SearchResponse) -> list[tuple[object, ...]]:
     return [(r.doc, r.start, r.end, r.score, r.distance, r.bm25_rank) for r in resp.results]
 
 

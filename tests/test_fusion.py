@@ -1,11 +1,11 @@
-"""The hybrid fusion rule (kbpack.fusion.convex) on small score vectors, computed by hand."""
+"""The hybrid fusion rule (kbpack.search.fusion.convex) on small score vectors, computed by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from kbpack.fusion import convex
+from kbpack.search.fusion import convex
 
 
 def test_convex_matches_hand_computed_scores() -> None:

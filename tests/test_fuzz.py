@@ -1,4 +1,4 @@
-"""A short, seeded fuzz run of the pack reader and verify (kbpack/fuzz/; bench/fuzz.py runs it
+"""A short, seeded fuzz run of the pack reader and verify (kbpack/testing/fuzz/; bench/fuzz.py runs it
 long): mutants of real packs through inspect, export, query and verify in a child forked per
 mutant. Zero findings: no crash, no hang, no internal error, no error of more than one line, no
 silent wrong read, no damage that a command noticed and verify passed. And the harness itself:
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.fuzz.pack_enumerations import attribute_deletions, metadata_flips, row_drops
-from kbpack.fuzz.pack_target import PackCommands
-from kbpack.fuzz.runner import PackFuzzer
-from kbpack.fuzz.seeds import build_seed_packs
 from kbpack.pack import format as F
+from kbpack.testing.fuzz.pack_enumerations import attribute_deletions, metadata_flips, row_drops
+from kbpack.testing.fuzz.pack_target import PackCommands
+from kbpack.testing.fuzz.runner import PackFuzzer
+from kbpack.testing.fuzz.seeds import build_seed_packs
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "fixtures" / "golden" / "v2.kbpack"
@@ -179,8 +179,8 @@ DOC_EXECUTIONS = 20  # per format, one extraction worker each
 
 @pytest.mark.parametrize("kind", ["pdf", "docx", "html", "md", "txt"])
 def test_seeded_extractor_run_has_no_findings(tmp_path: Path, kind: str) -> None:
-    from kbpack.fuzz.doc_target import DEFAULT_SEEDS, DocFuzzer
-    from kbpack.fuzz.seeds import DOCS
+    from kbpack.testing.fuzz.doc_target import DEFAULT_SEEDS, DocFuzzer
+    from kbpack.testing.fuzz.seeds import DOCS
 
     seeds = [REPO / p for p in DEFAULT_SEEDS]
     for name in ("manual.html", "pumps.md", "valves.txt"):

@@ -149,8 +149,8 @@ def rewrite(pack: Path, path: str, change: Any) -> None:
     digest to match: a pack consistent with its own manifest."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
     from kbpack.pack.storage import create_dataset
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     with h5py.File(pack, "r+") as h:
         values = h[path][()]
@@ -230,7 +230,7 @@ def test_an_attribute_name_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     bytes, and the attributes digest failed sorting bytes beside str (TypeError)."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import restamp
+    from kbpack.testing.fuzz.pack_mutations import restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -245,7 +245,7 @@ def rewrite_strings(pack: Path, path: str, row: int, value: str) -> None:
     """One row of a string dataset replaced through HDF5, every digest rewritten to match."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     with h5py.File(pack, "r+") as h:
         values = [x.decode("utf-8") for x in h[path][()]]
@@ -290,7 +290,7 @@ def test_a_pipeline_version_that_is_not_a_whole_number_is_one_line(
     invalid literal for int()" (its staleness report), and verify passed the pack."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -318,7 +318,7 @@ def test_an_optional_element_deleted_from_the_file_is_a_verify_finding(
     while query failed on the missing vectors."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import restamp
+    from kbpack.testing.fuzz.pack_mutations import restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -350,7 +350,7 @@ def test_a_bm25_parameter_that_is_not_a_number_is_one_line(tmp_path: Path) -> No
     float() in inspect and query."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -490,7 +490,7 @@ def test_a_required_attribute_deleted_is_a_verify_finding(
     spec §3 requires of every group and dataset (readers do without them)."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -562,7 +562,7 @@ def test_a_refusal_threshold_that_is_not_a_number_is_one_line(tmp_path: Path, va
     import h5py
     import numpy as np
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -607,7 +607,7 @@ def test_every_group_attribute_deleted_fails_verify_unless_the_spec_lets_it_be_a
     group is required except the three the spec says how to read when absent."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
     from kbpack.verify.pipeline import verify_pack
     from kbpack.verify.report import HEADER
 
@@ -657,7 +657,7 @@ def test_a_group_attribute_the_spec_does_not_allow_fails_verify(
 ) -> None:
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -677,7 +677,7 @@ def test_vector_data_deleted_from_a_dense_pack_is_refused_and_a_verify_finding(
     on a KeyError. A dense root requires /vectors, /vectors/data and /model."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -716,7 +716,7 @@ def test_a_damaged_root_btree_sibling_is_one_line_and_a_verify_finding(tmp_path:
     4,800 single-bit flips)."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import restamp
+    from kbpack.testing.fuzz.pack_mutations import restamp
 
     pack = Path(shutil.copy(EARLIEST, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r") as h:
@@ -740,7 +740,7 @@ def test_bm25_parameters_outside_verifys_rule_are_one_line(tmp_path: Path) -> No
     error ("BM25 scores are never negative"). The reader applies verify's rule."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     with h5py.File(pack, "r+") as h:
@@ -762,7 +762,7 @@ def test_an_embedded_model_the_file_lost_is_refused_not_ignored(
     optional element the manifest counts rows of must be in the file."""
     import h5py
 
-    from kbpack.fuzz.pack_mutations import element_digests, restamp
+    from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
     src = tmp_path / "src"
     src.mkdir()

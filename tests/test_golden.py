@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
@@ -120,7 +120,7 @@ def cpu_variant() -> str | None:
     """The CPU library a runtime-dispatch llama.cpp loaded; None for the linked build."""
     import llama_cpp
 
-    from kbpack.llama_backend import load_cpu_backend
+    from kbpack.model.llama_backend import load_cpu_backend
 
     return load_cpu_backend(llama_cpp).variant
 
@@ -155,7 +155,7 @@ def test_the_v2_golden_pack_is_what_make_golden_builds(
     if cpu_variant() is None:  # the linked llama.cpp build, which made the golden pack
         assert got.elements == want.elements, "run `make golden` (and say why in spec/FORMAT.md)"
         return
-    # A runtime-dispatch llama.cpp (kbpack/llama_backend.py) runs the CPU's own kernels
+    # A runtime-dispatch llama.cpp (kbpack/model/llama_backend.py) runs the CPU's own kernels
     # (AVX-512 here) where the linked build runs AVX2 ones: the float32 sums round differently,
     # and a float16 vector can differ in its last bit. So on such a build the vector elements
     # may differ, within float16 rounding and no further; every other element is exact.

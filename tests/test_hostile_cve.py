@@ -19,13 +19,13 @@ import h5py  # noqa: F401 - imported once here, not again in every forked child
 import pytest
 from test_verify_fixture import cve_dir, cve_files, wrap_hdf5
 
-from kbpack.commands.inspect import describe
 from kbpack.errors import KbpackError
+from kbpack.ops.inspect import describe
+from kbpack.runtime.sandbox import Limits, SandboxFailure, run_isolated
 from kbpack.verify.pipeline import verify_pack
-from kbpack.verify.sandbox import Limits, SandboxFailure, run_isolated
 
 FILES = cve_files()
-CLI = [sys.executable, "-c", "from kbpack.cli import main; main()"]
+CLI = [sys.executable, "-c", "from kbpack.cli.main import main; main()"]
 LIMITS = Limits(timeout_s=30, memory_bytes=2 * 2**30)
 
 pytestmark = pytest.mark.skipif(

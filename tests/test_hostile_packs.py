@@ -23,13 +23,13 @@ import pytest
 from click.testing import CliRunner
 from test_verify_fixture import make_pack, restamp
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.pack import format as F
+from kbpack.runtime.sandbox import Limits
 from kbpack.verify.pipeline import verify_pack
-from kbpack.verify.sandbox import Limits
 
 SECRET = b"TOP-SECRET-7f3a9c-DO-NOT-LEAK"
-CLI = [sys.executable, "-c", "from kbpack.cli import main; main()"]
+CLI = [sys.executable, "-c", "from kbpack.cli.main import main; main()"]
 
 
 def _secret_files(folder: Path) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from packs import SAMPLE, markdown_doc, write_pack
 
-from kbpack import interrupt
-from kbpack.cli import os_error_line
+from kbpack.cli.main import os_error_line
 from kbpack.errors import Exit
+from kbpack.runtime import interrupt
 
 
 @pytest.fixture(autouse=True)

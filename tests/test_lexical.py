@@ -12,15 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbpack.lexical import (
-    BM25Index,
-    PostingsBuilder,
-    TermLookup,
-    bm25_scores,
-    length_norms,
-    tokenize,
-    top_k,
-)
+from kbpack.index.postings import PostingsBuilder
+from kbpack.pack.bm25_store import TermLookup
+from kbpack.search.bm25 import BM25Index, bm25_scores, length_norms, top_k
+from kbpack.text.analyze import tokenize
 
 IDENTIFIERS = [
     "check_same_thread",
@@ -60,7 +55,7 @@ def search(texts: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> di
 
 
 def naive_bm25(texts: list[str], query: str, k1: float, b: float) -> dict[int, float]:
-    """The formula of kbpack.lexical's docstring, in plain loops."""
+    """The formula of kbpack.search.bm25's docstring, in plain loops."""
     docs = [tokenize(t) for t in texts]
     n = len(docs)
     avg = sum(len(d) for d in docs) / n

@@ -1,4 +1,4 @@
-"""Choosing llama.cpp's CPU library on a runtime-dispatch build (kbpack/llama_backend.py).
+"""Choosing llama.cpp's CPU library on a runtime-dispatch build (kbpack/model/llama_backend.py).
 
 The score check runs on real shared libraries compiled here (each exports ggml's
 ``ggml_backend_score`` and returns a fixed score, as ggml's variants do for a given CPU); the
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.embed import Embedder
-from kbpack.llama_backend import (
+from kbpack.model.embedder import Embedder
+from kbpack.model.llama_backend import (
     AMX_SCORE_BIT,
     GGML_SONAME,
     CpuBackend,
@@ -24,7 +24,7 @@ from kbpack.llama_backend import (
     variant_libraries,
     variant_name,
 )
-from kbpack.llama_backend import _score as score_of
+from kbpack.model.llama_backend import _score as score_of
 
 # the x86 score bits of ggml's variants (cpu-feats.cpp): AVX2 build < AVX-512 build < + AMX
 HASWELL, ZEN4 = 0b111111, 0b11111111111

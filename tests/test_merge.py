@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from packs import markdown_doc, write_pack
 from scale_corpus import PART_A, PART_B, assert_same_content, build_pack, write_folder
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.errors import UsageError
-from kbpack.merge import merge_packs
+from kbpack.ops.merge import merge_packs
 from kbpack.pack.read import PackReader
 from kbpack.verify.pipeline import verify_pack
 
@@ -158,10 +158,10 @@ def long_doc(topic: str) -> str:
 def write_with_pieces(out: Path, docs: dict[str, str]) -> Path:
     """A pack with sentence pieces, chunked by characters; each vector a function of its text
     (so that two packs holding the same text hold the same vectors)."""
-    from kbpack.chunk import ChunkConfig, chunk_document
-    from kbpack.lexical import PostingsBuilder
+    from kbpack.index.chunk import ChunkConfig, chunk_document
+    from kbpack.index.pieces import pieces_of
+    from kbpack.index.postings import PostingsBuilder
     from kbpack.pack.write import PackWriter
-    from kbpack.pieces import pieces_of
 
     def vec(text: str) -> np.ndarray:
         seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")

@@ -15,8 +15,8 @@ import h5py
 import pytest
 from cli_run import run
 
-from kbpack.fuzz.pack_mutations import restamp
 from kbpack.pack import format as F
+from kbpack.testing.fuzz.pack_mutations import restamp
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 QUERY = "pypdf merge pages"

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from tiny_gguf import build_tiny_gguf
 
 import kbpack
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.errors import NewerFormatError, PackError
+from kbpack.ops.migrate import STEPS, plan_format_steps, staleness
 from kbpack.pack import format as F
 from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
-from kbpack.pack.migrate import STEPS, plan_format_steps, staleness
 from kbpack.pack.read import PackReader
 from kbpack.verify.pipeline import verify_pack
 
@@ -178,7 +178,7 @@ def test_an_older_pipeline_is_rechunked_from_stored_text_reusing_vectors(
 def test_an_interrupted_migrate_leaves_nothing(
     pack_a: Path, tmp_path: Path, tiny_model_b: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kbpack.embed import Embedder
+    from kbpack.model.embedder import Embedder
 
     def interrupted(self: Embedder, tokenized: list[list[int]]) -> None:
         raise KeyboardInterrupt

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from tiny_gguf import rewrite_gguf, write_bert_folder, write_safetensors
 
-from kbpack.embed import Embedder
 from kbpack.errors import ModelError
 from kbpack.model import ModelIdentity, convert_bert, identify_gguf, sha256_file
+from kbpack.model.embedder import Embedder
 from kbpack.model.gguf_header import read_gguf_metadata
 from kbpack.model.safetensors import read_safetensors
 

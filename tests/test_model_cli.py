@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbpack.cli import main
-from kbpack.embed import Embedder
+from kbpack.cli.main import main
 from kbpack.model import identify_gguf
+from kbpack.model.embedder import Embedder
 
 
 def run(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

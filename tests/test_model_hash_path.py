@@ -16,8 +16,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from kbpack.fuzz.pack_mutations import element_digests, restamp
 from kbpack.pack import format as F
+from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
 
 def kbpack(*args: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

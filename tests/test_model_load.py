@@ -1,4 +1,4 @@
-"""The query-side model loads in a worker thread (kbpack/model_load.py) while the search does
+"""The query-side model loads in a worker thread (kbpack/model/load.py) while the search does
 its other work: the answers must be exactly those of a model loaded before the search, and a
 load that fails must fail the search the same way. Real llama.cpp, tiny models."""
 
@@ -13,12 +13,12 @@ import pytest
 from cli_run import run
 
 import kbpack
-from kbpack.api import resolve_embedder
-from kbpack.embed import Embedder
 from kbpack.errors import ModelError
 from kbpack.model import gguf_header
-from kbpack.model_load import ModelLoad
-from kbpack.search import Searcher
+from kbpack.model.embedder import Embedder
+from kbpack.model.load import ModelLoad
+from kbpack.model.resolve import resolve_embedder
+from kbpack.search.searcher import Searcher
 
 DOCS = {
     "logs.md": "# Rotating logs\n\nLogs grow without bound unless rotated.\n\n## Configuration\n\n"
@@ -138,8 +138,8 @@ def test_output_of_the_main_thread_is_not_lost_while_a_model_loads(
     script.write_text(
         "import sys\n"
         "from pathlib import Path\n"
-        "from kbpack.embed import Embedder\n"
-        "from kbpack.model_load import ModelLoad\n"
+        "from kbpack.model.embedder import Embedder\n"
+        "from kbpack.model.load import ModelLoad\n"
         f"path = Path({str(model)!r})\n"
         "n = 0\n"
         "for _ in range(10):\n"

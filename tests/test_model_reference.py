@@ -11,8 +11,8 @@ import pytest
 from bert_reference import BertReference
 from tiny_gguf import build_tiny_gguf
 
-from kbpack.embed import Embedder
 from kbpack.model import identify_gguf
+from kbpack.model.embedder import Embedder
 
 TEXTS = [
     "the pack is offline",
@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 sys.path.insert(0, sys.argv[2])
 from bert_reference import BertReference
-from kbpack.embed import Embedder
+from kbpack.model.embedder import Embedder
 model = Path(sys.argv[1])
 # letters outside the tiny vocabulary's words: one token each, so these run past 256 tokens
 texts = ["abcdefghij " * 24, "search the text file", "klmnop qrstu " * 30]

@@ -17,7 +17,7 @@ import kbpack
 PROBE = """
 import json, os, sys
 from pathlib import Path
-import kbpack.embed as E
+import kbpack.model.embedder as E
 before = "llama_cpp" in sys.modules
 policy_at_import = os.environ.get("OMP_WAIT_POLICY")
 loaded = False
@@ -46,7 +46,7 @@ def probe(env_policy: str | None) -> dict[str, object]:
 
 def test_passive_is_set_before_llama_cpp_loads() -> None:
     got = probe(None)
-    assert got["before"] is False, "importing kbpack.embed must not load llama_cpp"
+    assert got["before"] is False, "importing kbpack.model.embedder must not load llama_cpp"
     assert got["policy"] == "PASSIVE"
     assert got["after"] == "PASSIVE"
 
@@ -57,10 +57,10 @@ def test_a_policy_the_user_chose_wins() -> None:
 
 
 def test_every_llama_cpp_import_goes_through_kbpack_embed() -> None:
-    """The setdefault lives in kbpack/embed.py; a module that imported llama_cpp without
-    importing kbpack.embed first could load the library before the variable is set."""
+    """The setdefault lives in kbpack/model/embedder.py; a module that imported llama_cpp without
+    importing kbpack.model.embedder first could load the library before the variable is set."""
     root = Path(kbpack.__file__).parent
     for path in sorted(root.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         if "import llama_cpp" in text and path.name != "embed.py":
-            assert "from kbpack.embed import" in text, f"{path} imports llama_cpp directly"
+            assert "from kbpack.model.embedder import" in text, f"{path} imports llama_cpp directly"

@@ -72,9 +72,9 @@ def test_a_state_the_child_survived_but_refused_skips_the_child_not_the_allowlis
     import h5py
     import numpy as np
 
-    import kbpack.verify.sandbox as sandbox
+    import kbpack.runtime.sandbox as sandbox
     from kbpack.errors import PackError
-    from kbpack.fuzz.pack_mutations import restamp
+    from kbpack.testing.fuzz.pack_mutations import restamp
 
     monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))

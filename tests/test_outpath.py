@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.cli import main
+from kbpack.cli.main import main
 from kbpack.errors import Exit, OutputRefused
-from kbpack.outpath import check_output, write_atomically
+from kbpack.ops.outpath import check_output, write_atomically
 from kbpack.pack.format import MAGIC
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kbpack.cli import COMMANDS, cli
+from kbpack.cli.main import COMMANDS, cli
 
 
 def _commands() -> dict[str, click.Command]:

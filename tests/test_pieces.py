@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from test_verify import _with_fixed_digests, codes
 from tiny_gguf import build_tiny_gguf
 
-from kbpack.chunk import ChunkConfig, chunk_document
-from kbpack.dense import PieceIndex, chunk_scores
 from kbpack.extract import discover, extract_all
+from kbpack.index.chunk import ChunkConfig, chunk_document
+from kbpack.index.pieces import PIECE_MAX_CHARS, PIECE_MIN_CHARS, cut_pieces, pieces_of
 from kbpack.pack import format as F
 from kbpack.pack.manifest import read_header
 from kbpack.pack.read import PackReader
-from kbpack.pieces import PIECE_MAX_CHARS, PIECE_MIN_CHARS, cut_pieces, pieces_of
+from kbpack.search.dense import PieceIndex, chunk_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -209,10 +209,10 @@ def test_build_progress_counts_every_token_the_model_reads(
 ) -> None:
     """The ETA's unit is tokens: piece texts cost model time as chunk texts do, so the
     progress must hear of their tokens too (it heard only the chunks' before)."""
-    from kbpack.build import BuildOptions
-    from kbpack.build import build as build_pack
-    from kbpack.embed import Embedder
-    from kbpack.progress import Progress
+    from kbpack.model.embedder import Embedder
+    from kbpack.ops.build import BuildOptions
+    from kbpack.ops.build import build as build_pack
+    from kbpack.runtime.progress import Progress
 
     announced: list[tuple[int, int]] = []
 

@@ -14,13 +14,13 @@ from cli_run import run
 from tiny_gguf import build_tiny_gguf
 
 import kbpack
-from kbpack.chunk import embedded_text, header, section_path
-from kbpack.embed import Embedder
 from kbpack.errors import UsageError
+from kbpack.index.chunk import embedded_text, header, section_path
+from kbpack.model.embedder import Embedder
 from kbpack.model.prefixes import BGE_QUERY, Prefixes, default_prefixes, family_of, override
+from kbpack.ops.restore import PackContents
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
-from kbpack.restore import PackContents
 
 DOCS = {
     "logs.md": "# Rotating logs\n\nLogs grow without bound unless rotated.\n\n"

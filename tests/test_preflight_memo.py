@@ -10,7 +10,7 @@ import pytest
 from cli_run import run
 from test_fuzz_findings import GOLDEN, stall_heap
 
-import kbpack.verify.sandbox as sandbox
+import kbpack.runtime.sandbox as sandbox
 from kbpack.errors import PackError
 from kbpack.pack.manifest import read_header
 from kbpack.pack.preflight import _memo, memo_key

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-import kbpack.progress
-from kbpack.cli import main
-from kbpack.progress import Progress, duration
+import kbpack.runtime.progress
+from kbpack.cli.main import main
+from kbpack.runtime.progress import Progress, duration
 
 
 class Terminal(io.StringIO):
@@ -44,7 +44,9 @@ def test_the_ticker_redraws_while_nothing_is_reported() -> None:
 
 def test_eta_from_tokens_counts_down(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]  # the progress module's own clock, so a loaded machine cannot move it
-    monkeypatch.setattr(kbpack.progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(
+        kbpack.runtime.progress, "time", SimpleNamespace(monotonic=lambda: clock[0])
+    )
     term = Terminal()
     p = Progress(stream=term, tick_s=3600)
     p.source_bytes_total = 1000

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.cli import main
+from kbpack.cli.main import main
+from kbpack.cli.render import quote, safe
 from kbpack.errors import Exit
-from kbpack.render import quote, safe
 
 CODE = "    zcat access.log.gz | grep -c 404\n    logrotate --force /etc/logrotate.conf"
 DOCS = {

@@ -13,16 +13,17 @@ from pathlib import Path
 import click
 import pytest
 
-from kbpack import fusion, search
+from kbpack.cli.render import QUOTE_CHARS
 from kbpack.pack import format as F
-from kbpack.render import QUOTE_CHARS
+from kbpack.search import fusion
+from kbpack.search import searcher as search
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 TEXT = " ".join(README.split())  # sentences wrap across lines
 
 
 def _option_default(command: str, option: str) -> object:
-    from kbpack.cli import cli
+    from kbpack.cli.main import cli
 
     cmd = cli.get_command(click.Context(cli), command)
     assert cmd is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 
 DOCS = Path(__file__).parent.parent / "fixtures" / "docs"
 

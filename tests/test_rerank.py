@@ -10,12 +10,12 @@ import pytest
 from bert_reference import BertReference
 from tiny_gguf import build_tiny_gguf, write_bert_folder
 
-from kbpack.embed import Embedder
 from kbpack.errors import ModelError
 from kbpack.model import convert_bert, identify_gguf
+from kbpack.model.embedder import Embedder
 from kbpack.model.gguf_header import read_gguf_metadata
 from kbpack.model.identity import RERANK_POOLINGS
-from kbpack.rerank import Reranker
+from kbpack.model.rerank import Reranker
 
 QUERY = "search the pack offline"
 PASSAGES = [
@@ -108,7 +108,7 @@ DOCS = {
 def run(*args: str) -> tuple[int, str, str]:
     from click.testing import CliRunner
 
-    from kbpack.cli import cli
+    from kbpack.cli.main import cli
 
     r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     return r.exit_code, r.stdout, r.stderr
@@ -139,8 +139,8 @@ def query(pack: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
 def test_rerank_reorders_the_same_results_by_the_cross_encoder(
     pack: Path, cross_encoder: Path
 ) -> None:
-    from kbpack.chunk import header
-    from kbpack.rerank import rerank_text
+    from kbpack.index.chunk import header
+    from kbpack.model.rerank import rerank_text
 
     q = "how do I rotate the logs"
     _, plain = query(pack, q, "-k", "6")

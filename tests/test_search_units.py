@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbpack.search import code_like_terms, foreign_query, locator, rrf
+from kbpack.search.searcher import code_like_terms, foreign_query, locator, rrf
 
 
 def test_rrf_matches_hand_computed_example() -> None:
@@ -75,7 +75,7 @@ def test_identifier_gate_needs_the_identifier_to_carry_the_question() -> None:
     """A chunk holding the rare code opens the gate only when the content words it holds carry
     at least half of the query's IDF weight: 2018 alone is not the subject of "who won the
     football world cup in 2018"."""
-    from kbpack.search import IdentifierGate
+    from kbpack.search.searcher import IdentifierGate
 
     world_cup = IdentifierGate(
         codes=("2018",),
@@ -93,7 +93,7 @@ def test_identifier_gate_needs_the_identifier_to_carry_the_question() -> None:
 
 
 def test_content_terms_leave_stopwords_out() -> None:
-    from kbpack.search import content_terms
+    from kbpack.search.searcher import content_terms
 
     assert content_terms("How do I rotate the logs?") == ["rotate", "logs"]
     assert content_terms("what does NASA stand for") == ["nasa", "stand"]

@@ -26,7 +26,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 
 from click.testing import CliRunner  # noqa: E402
 
-from kbpack.cli import cli  # noqa: E402
+from kbpack.cli.main import cli  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 HOSTILE_NAME = '"><img src=x onerror=alert(1)>.md'

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 from scale_corpus import PART_A, PART_B, assert_same_content, write_folder
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.errors import UsageError
+from kbpack.ops.shards import parse_shard, shard_of
 from kbpack.pack.read import PackReader
-from kbpack.shards import parse_shard, shard_of
 
 FILES = {**PART_A, **PART_B, "notes/eta.md": "# Eta\n\nShards are chosen by name.\n"}
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from test_verify_fixture import make_pack
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.errors import PackError, UsageError
 from kbpack.pack import format as F
 from kbpack.pack.manifest import encode_header, read_header, write_header

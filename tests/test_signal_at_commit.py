@@ -59,14 +59,14 @@ elif where == "hdf5-child":  # SIGKILL the writer from its HDF5 child, which the
         return create(*a, **k)
     W.create_dataset = hook
 elif where == "at-exit":  # the command is done; main() is on its way to sys.exit
-    import kbpack.cli as C
+    import kbpack.cli.main as C
     run = C._run
     def hook(argv):
         code = run(argv)
         hit()
         return code
     C._run = hook
-from kbpack.cli import main
+from kbpack.cli.main import main
 sys.argv = ["kbpack", *sys.argv[3:]]
 main()
 """

@@ -1,6 +1,6 @@
 """A Ctrl-C or SIGTERM while the ``kbpack`` command is still importing its CLI (before
-kbpack/cli.py installs its handlers) ends in the same one line as later: ``kbpack:
-interrupted``, exit 130 (kbpack/entry.py). It was a 25-55 line KeyboardInterrupt traceback
+kbpack/cli/main.py installs its handlers) ends in the same one line as later: ``kbpack:
+interrupted``, exit 130 (kbpack/cli/entry.py). It was a 25-55 line KeyboardInterrupt traceback
 (SIGINT) or rc -15 with no word (SIGTERM) in bench/faults.py's startup row."""
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ import pytest
 
 import kbpack
 
-# the signal arrives while ``kbpack.cli`` is being imported: the slow part of start-up
+# the signal arrives while ``kbpack.cli.main`` is being imported: the slow part of start-up
 DURING_IMPORT = """
 import builtins, os, signal, sys
 sig = getattr(signal, sys.argv[1])
 real = builtins.__import__
 def hooked(name, *args, **kwargs):
-    if name == "kbpack.cli":
+    if name == "kbpack.cli.main":
         builtins.__import__ = real
         os.kill(os.getpid(), sig)
     return real(name, *args, **kwargs)
 builtins.__import__ = hooked
 sys.argv = ["kbpack", "--version"]
-from kbpack.entry import main
+from kbpack.cli.entry import main
 main()
 """
 

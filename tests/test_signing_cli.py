@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.cli import _quiet_interrupts, main
+from kbpack.cli.main import _quiet_interrupts, main
 from kbpack.errors import Exit
 
 
@@ -102,7 +102,7 @@ def test_a_lost_interrupt_prints_no_traceback() -> None:
 
     hook = _quiet_interrupts(seen.append)
     hook(Info(KeyboardInterrupt()))
-    assert seen == []  # recorded by kbpack.interrupt; no "Exception ignored" traceback
+    assert seen == []  # recorded by kbpack.runtime.interrupt; no "Exception ignored" traceback
     other = Info(ValueError("x"))
     hook(other)
     assert seen == [other]
@@ -116,7 +116,7 @@ def test_signing_ones_own_build_keeps_what_this_machine_remembers_of_it(
     times changed. A pack this machine knows nothing of learns nothing by being signed."""
     from kbpack.pack.manifest import read_header
     from kbpack.pack.preflight import is_remembered_clean
-    from kbpack.verified import was_verified
+    from kbpack.pack.verified import was_verified
 
     monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
     src = tmp_path / "src"

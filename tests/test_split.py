@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from scale_corpus import build_pack, write_folder
 
 import kbpack
-import kbpack.split as split
-from kbpack.cli import cli
+import kbpack.ops.split as split
+from kbpack.cli.main import cli
+from kbpack.cli.plain_text import human_size
 from kbpack.errors import UsageError
+from kbpack.ops.split import member_path, parse_size, split_pack
 from kbpack.pack.read import PackReader
-from kbpack.plain_text import human_size
-from kbpack.split import member_path, parse_size, split_pack
 from kbpack.verify.pipeline import verify_pack
 
 WORDS = [
@@ -171,7 +171,7 @@ def _split_killed(whole: Path, out: Path, limit: int, after: int, links: bool = 
     import os
     import signal
 
-    import kbpack.set_publish as publish
+    import kbpack.pack.set_publish as publish
 
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -205,7 +205,7 @@ def _split_killed(whole: Path, out: Path, limit: int, after: int, links: bool = 
 
 def _set_as_read(out: Path) -> tuple[str, list[str]]:
     """What a reader of ``NAME-*.kbpack`` reads: (the one set id, the documents in order)."""
-    from kbpack.set_publish import committed_members
+    from kbpack.pack.set_publish import committed_members
 
     given = sorted(out.parent.glob(f"{out.stem}-*{out.suffix}"))
     files, _notes = committed_members(given)
@@ -223,7 +223,7 @@ def _set_as_read(out: Path) -> tuple[str, list[str]]:
 def test_a_kill_between_the_renames_shows_readers_the_old_set_or_the_new(
     whole: Path, tmp_path: Path
 ) -> None:
-    from kbpack.federate import PackSet
+    from kbpack.search.federate import PackSet
 
     with PackReader(whole) as r:
         documents = r.strings("/documents/name")

@@ -10,9 +10,9 @@ from pathlib import Path
 import h5py
 import pytest
 
-from kbpack.cli import main
-from kbpack.lexical import SNOWBALL_ENGLISH, analyzer, tokenize
+from kbpack.cli.main import main
 from kbpack.pack.read import PackReader
+from kbpack.text.analyze import SNOWBALL_ENGLISH, analyzer, tokenize
 from tests import independent_reader as ind
 
 DOCS = {
@@ -167,15 +167,16 @@ def test_an_unknown_analyzer_is_one_line_naming_the_pack(
     from dataclasses import replace
 
     from kbpack.errors import PackError
-    from kbpack.lexical import Analyzer, PostingsBuilder
+    from kbpack.index.postings import PostingsBuilder
     from kbpack.pack.write import PackWriter
+    from kbpack.text.analyze import Analyzer
     from tests.packs import SAMPLE, markdown_doc
 
     with pytest.raises(ValueError, match="unknown BM25 analyzer 'porter-9'"):
         Analyzer("porter-9")
     out = tmp_path / "future.kbpack"
     doc = markdown_doc("a.md", SAMPLE)
-    from kbpack.chunk import ChunkConfig, chunk_document
+    from kbpack.index.chunk import ChunkConfig, chunk_document
 
     chunks = chunk_document(doc, None, ChunkConfig(window=None, max_chars=200)).chunks
     postings = PostingsBuilder()

@@ -19,9 +19,9 @@ import h5py
 import pytest
 from structure_reference import check_structure_high_level
 
-from kbpack.fuzz.pack_mutations import Seed, mutate
 from kbpack.pack.manifest import read_header
 from kbpack.pack.structure import check_structure
+from kbpack.testing.fuzz.pack_mutations import Seed, mutate
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = [REPO / "fixtures" / "golden" / n for n in ("v1.kbpack", "v2.kbpack")]

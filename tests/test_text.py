@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kbpack.extract.structure import Heading, TextBuilder, build_sections
-from kbpack.text import canonicalize, decode_text, is_clean
+from kbpack.text.canonical import canonicalize, decode_text, is_clean
 
 
 @pytest.mark.parametrize(

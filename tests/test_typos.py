@@ -1,4 +1,4 @@
-""" "Did you mean" (kbpack.typos): edit distances by hand, ranking, and the query output."""
+""" "Did you mean" (kbpack.search.typos): edit distances by hand, ranking, and the query output."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kbpack.cli import cli
-from kbpack.lexical import TermLookup
-from kbpack.typos import best_suggestions, checkable, near_terms, osa_distance
+from kbpack.cli.main import cli
+from kbpack.pack.bm25_store import TermLookup
+from kbpack.search.typos import best_suggestions, checkable, near_terms, osa_distance
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_the_prefilter_never_drops_a_near_term() -> None:
     exactly what a brute-force scan of the vocabulary finds, accented words included."""
     import random
 
-    from kbpack.typos import max_edits
+    from kbpack.search.typos import max_edits
 
     rng = random.Random(7)
     letters = "aeiostnrlcdéèàß"

@@ -1,4 +1,4 @@
-"""The dense scan over stored float16 rows (kbpack/vector_scan.py) against the exact reference:
+"""The dense scan over stored float16 rows (kbpack/pack/vector_scan.py) against the exact reference:
 every stored vector converted to float32 and multiplied by the float32 query in numpy."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from scale_corpus import PART_A, build_pack, write_folder
 
 import kbpack
-from kbpack.dense import PieceIndex, checked_scores, chunk_scores
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.pack.storage import create_dataset
-from kbpack.vector_scan import StoredRows, scan_matrix, simsimd_module
+from kbpack.pack.vector_scan import StoredRows, scan_matrix, simsimd_module
+from kbpack.search.dense import PieceIndex, checked_scores, chunk_scores
 
 DIMS = 384
 N_CHUNKS = 3000  # 9 HDF5 chunks of 341 rows: several blocks and a short last one
@@ -226,7 +226,7 @@ def test_chunks_at_odd_offsets_are_scanned_in_place(tmp_path: Path, stored: Stor
 def test_the_norm_bound_is_verify_s() -> None:
     """The one-pass scan's error bound assumes verify's norm tolerance (kept apart so that a
     query does not import verify)."""
-    from kbpack.vector_scan import NORM_TOLERANCE as SCAN_NORM_TOLERANCE
+    from kbpack.pack.vector_scan import NORM_TOLERANCE as SCAN_NORM_TOLERANCE
     from kbpack.verify.digests import NORM_TOLERANCE
 
     assert SCAN_NORM_TOLERANCE == NORM_TOLERANCE
@@ -279,7 +279,7 @@ def test_rows_as_scanned_equal_the_checked_rows(stored: Stored) -> None:
 def test_one_pass_top_equals_the_exact_top(stored: Stored, with_pieces: bool) -> None:
     """The top 100 (ids, order, scores) from the one-pass scan and its re-score equal the exact
     scan's, with and without pieces and a filter; so do the scores of any chunk made exact."""
-    from kbpack.dense import rounded_chunk_scores
+    from kbpack.search.dense import rounded_chunk_scores
 
     path, chunks, pieces, owner = stored
     hc, crow = open_rows(path, F.VEC_DATA)
@@ -313,7 +313,7 @@ def test_one_pass_top_equals_the_exact_top(stored: Stored, with_pieces: bool) ->
 def test_one_pass_top_is_exact_among_near_ties(tmp_path: Path) -> None:
     """Rows whose scores differ by less than the query's float16 rounding: the one-pass order
     alone is wrong here (checked, so this test can fail), the re-scored top is exact."""
-    from kbpack.dense import rounded_chunk_scores
+    from kbpack.search.dense import rounded_chunk_scores
 
     rng = np.random.default_rng(17)
     base = rng.standard_normal(DIMS).astype(np.float32)

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from test_verify_fixture import make_pack, restamp
 
-from kbpack.cli import cli
+from kbpack.cli.main import cli
 from kbpack.pack import format as F
 from kbpack.pack.manifest import read_header
 from kbpack.pack.storage import data_spans
@@ -135,7 +135,7 @@ def test_read_only_copy_verifies(pack: Path, tmp_path: Path) -> None:
 def _verify_on_read_only_mount(folder: Path, pack: Path) -> None:
     if not shutil.which("unshare"):
         pytest.skip("root without unshare: cannot make a read-only mount")
-    cli = f'{sys.executable} -c "from kbpack.cli import main; main()"'
+    cli = f'{sys.executable} -c "from kbpack.cli.main import main; main()"'
     script = (
         f'mount --bind -o ro "{folder}" "{folder}" || exit 99; '
         f'touch "{folder}/probe" 2>/dev/null && exit 98; '
@@ -383,7 +383,7 @@ def test_manifest_fields_must_agree_with_the_pack(pack: Path, tmp_path: Path) ->
 def test_every_finding_code_is_documented_and_every_documented_code_is_used() -> None:
     import ast
 
-    from kbpack import split
+    from kbpack.ops import split
     from kbpack.pack import structure
     from kbpack.verify import (
         digests,
@@ -424,7 +424,7 @@ def test_sandbox_turns_crash_hang_and_memory_blowup_into_failures() -> None:
     import signal as sig
     import time
 
-    from kbpack.verify.sandbox import Limits, SandboxFailure, run_isolated
+    from kbpack.runtime.sandbox import Limits, SandboxFailure, run_isolated
 
     def crash() -> None:
         os.kill(os.getpid(), sig.SIGSEGV)

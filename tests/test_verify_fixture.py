@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.chunk import ChunkConfig, chunk_document
-from kbpack.document import Document, Page, Section
-from kbpack.lexical import PostingsBuilder
+from kbpack.index.chunk import ChunkConfig, chunk_document
+from kbpack.index.postings import PostingsBuilder
 from kbpack.pack import format as F
 from kbpack.pack.manifest import (
     encode_header,
@@ -23,6 +22,7 @@ from kbpack.pack.manifest import (
     write_header,
 )
 from kbpack.pack.write import PackWriter
+from kbpack.text.document import Document, Page, Section
 
 REPO = Path(__file__).resolve().parent.parent
 DIMS = 8

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cli_run import run
 
-from kbpack.verified import identity
+from kbpack.pack.verified import identity
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "fixtures" / "docs" / "pypdf" / "README.md"

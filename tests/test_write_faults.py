@@ -122,7 +122,7 @@ def test_an_interrupted_write_child_leaves_nothing(tmp_path: Path) -> None:
         "import os, signal, sys\n"
         "from kbpack.pack import write as W\n"
         "W.PackWriter._write_hdf5 = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
-        "from kbpack.cli import main\n"
+        "from kbpack.cli.main import main\n"
         f"sys.argv = ['kbpack', 'build', {str(DOCS / 'pypdf' / 'README.md')!r}, '-o',"
         f" {str(tmp_path / 'p.kbpack')!r}, '--no-vectors', '-q']\n"
         "main()\n"

@@ -4,7 +4,7 @@
 worker process (a hung or crashing parser costs one document, recorded as failed);
 ``extract_file`` does one file in this process. Per format (see each module's docstring for
 the rules, the title order included): ``markdown`` (md), ``plaintext`` (txt, rst), ``html``,
-``pdf`` (pypdfium2), ``docx`` (python-docx). The canonical-text policy is in ``kbpack.text``.
+``pdf`` (pypdfium2), ``docx`` (python-docx). The canonical-text policy is in ``kbpack.text.canonical``.
 
 Document title, by format: Markdown and HTML, the first level-1 heading (HTML then
 ``<title>``); plain text, the first top-level underlined title; PDF, the metadata title unless
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 # the module whenever the submodule was imported first (``kbpack.extract.worker`` imports it):
 # the import system sets the package attribute to the submodule, so ``from kbpack.extract
 # import discover`` returned a module. Imported here, the name is the function for good. It is
-# cheap (os, fnmatch, kbpack.document).
+# cheap (os, fnmatch, kbpack.text.document).
 from kbpack.extract.discover import Candidate, Discovery, discover
 
 if TYPE_CHECKING:

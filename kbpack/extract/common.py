@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kbpack.choices import KIND_BY_SUFFIX
-from kbpack.document import Document, Section
+from kbpack.text.document import Document, Section
 
 MEDIA_TYPES: dict[str, str] = {
     "md": "text/markdown",

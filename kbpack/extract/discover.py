@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from kbpack.document import Document
 from kbpack.errors import UsageError
 from kbpack.extract.common import (
     blank_document,
@@ -34,6 +33,7 @@ from kbpack.extract.common import (
     kind_of,
     unsupported_reason,
 )
+from kbpack.text.document import Document
 
 FOLLOW_OPTION = "--follow-symlinks"
 

@@ -28,12 +28,12 @@ from dataclasses import replace
 from io import BytesIO
 from typing import Any
 
-from kbpack.document import Document
 from kbpack.errors import ExtractionError
 from kbpack.extract.common import human_bytes
 from kbpack.extract.limits import Limits
 from kbpack.extract.structure import TextBuilder, build_sections
-from kbpack.text import one_line
+from kbpack.text.canonical import one_line
+from kbpack.text.document import Document
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _HEADING = re.compile(r"^heading\s*([1-9])$", re.I)

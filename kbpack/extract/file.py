@@ -8,7 +8,6 @@ from dataclasses import replace
 from hashlib import sha256
 from pathlib import Path
 
-from kbpack.document import Document
 from kbpack.errors import ExtractionError
 from kbpack.extract.common import (
     COMPRESSIONS,
@@ -22,7 +21,8 @@ from kbpack.extract.common import (
 )
 from kbpack.extract.limits import Limits
 from kbpack.extract.structure import Heading, build_sections
-from kbpack.text import Decoded, canonicalize, decode_text
+from kbpack.text.canonical import Decoded, canonicalize, decode_text
+from kbpack.text.document import Document
 
 _BINARY_SAMPLE = 64 * 1024
 _BINARY_CONTROL_SHARE = 0.10

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from kbpack.extract.structure import TextBuilder
-from kbpack.text import one_line
+from kbpack.text.canonical import one_line
 
 _SKIP_TAGS = {
     "head", "script", "style", "noscript", "template", "svg", "math", "nav", "header",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from kbpack.extract.structure import Heading
-from kbpack.text import one_line
+from kbpack.text.canonical import one_line
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*))?$")
 _ATX_CLOSE = re.compile(r"(?:^|[ \t]+)#+$")

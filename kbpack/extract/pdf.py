@@ -34,12 +34,12 @@ from typing import Any
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_raw
 
-from kbpack.document import Document, Page
 from kbpack.errors import ExtractionError
 from kbpack.extract.limits import Limits
 from kbpack.extract.pdf_layout import Line, furniture, paragraphs, usual_step
 from kbpack.extract.structure import Heading, TextBuilder, build_sections
-from kbpack.text import canonicalize, one_line
+from kbpack.text.canonical import canonicalize, one_line
+from kbpack.text.document import Document, Page
 
 MAX_WARNINGS = 10
 MAX_OUTLINE_DEPTH = 9

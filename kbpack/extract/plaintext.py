@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from kbpack.extract.structure import Heading
-from kbpack.text import one_line
+from kbpack.text.canonical import one_line
 
 _ADORNMENT = re.compile(r"^([=\-~^\"'`#*+<>:_.])\1{2,}$")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbpack.document import Section
-from kbpack.text import canonicalize, one_line
+from kbpack.text.canonical import canonicalize, one_line
+from kbpack.text.document import Section
 
 MAX_LEVEL = 9
 

@@ -23,12 +23,11 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-import kbpack
-from kbpack.document import Document
 from kbpack.errors import KbpackError
 from kbpack.extract.common import blank_document, failed, file_identity
 from kbpack.extract.discover import Candidate
 from kbpack.extract.limits import Limits
+from kbpack.text.document import Document
 
 _START_TIMEOUT_S = 120.0  # importing pypdfium2 and python-docx in a fresh interpreter
 _STOP_TIMEOUT_S = 5.0
@@ -84,7 +83,7 @@ class _Worker:
         self.conn = Connection(os.dup(parent.fileno()))
         parent.close()
         env = dict(os.environ)
-        package_root = str(Path(kbpack.__file__).resolve().parents[1])
+        package_root = str(Path(__file__).resolve().parents[2])  # above kbpack/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         command = [
             sys.executable,

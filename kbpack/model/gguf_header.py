@@ -92,7 +92,7 @@ _ARRAY_MARK = "__gguf_array__"  # an ArrayInfo in the memo's JSON: {mark: [type,
 
 
 def _memo_file(real_path: str) -> Path:
-    from kbpack.model.cache import cache_dir  # imported when used: cache imports the converter
+    from kbpack.runtime.cache import cache_dir  # imported when used: cache imports the converter
 
     name = hashlib.sha256(real_path.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return cache_dir() / MEMO_FOLDER / f"{name}.json"

@@ -102,7 +102,7 @@ _MEMO: dict[tuple[str, int, int], str] = {}
 
 
 def _memo_path(real_path: str) -> Path:
-    from kbpack.model.cache import cache_dir  # cache imports this module
+    from kbpack.runtime.cache import cache_dir  # cache imports this module
 
     name = hashlib.sha256(real_path.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return cache_dir() / "hashes" / f"{name}.json"

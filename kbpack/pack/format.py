@@ -150,7 +150,7 @@ BM25_K1 = "k1"
 BM25_B = "b"
 BM25_TOKENIZER = "tokenizer"
 TOKENIZER_ID = "kbpack-words-1"
-BM25_ANALYZER = "analyzer"  # absent: tokenize() alone (kbpack.lexical.Analyzer)
+BM25_ANALYZER = "analyzer"  # absent: tokenize() alone (kbpack.search.bm25.Analyzer)
 
 CHUNK_HEADER_RULE = "embedded_text_rule"
 CHUNKING = "chunking"  # JSON: {"window": int|null, "max_chars": int|null, "overlap": int}
@@ -160,11 +160,11 @@ EMBEDDED_TEXT_RULE = (
     "(spec/FORMAT.md 3.4)"
 )
 
-COPIES_RULE_ATTR = "rule"  # kbpack.copies.RULE: how the groups were found
+COPIES_RULE_ATTR = "rule"  # kbpack.pack.copies.RULE: how the groups were found
 
 PIECE_RULE_ATTR = "piece_rule"
 PIECE_WEIGHT_ATTR = "weight"
-# The rule and weight live in kbpack/pieces.py (the code that applies them); the writer stamps
+# The rule and weight live in kbpack/index/pieces.py (the code that applies them); the writer stamps
 # both on /pieces so a reader knows how the pieces were cut and how search scores them.
 
 SEARCH_MAX_DISTANCE = "max_distance"
@@ -376,3 +376,16 @@ OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf")
 def is_sha256_hex(value: object) -> bool:
     """A SHA-256 as the spec writes it (§3.6): 64 lowercase hex digits, nothing else."""
     return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
+
+
+# --- the rules stamped into /pieces (spec §3.9): kbpack/index/pieces.py cuts by them, search
+# weighs by them ---------------------------------------------------------------------------------
+PIECE_MIN_CHARS = 120
+PIECE_MAX_CHARS = 600
+PIECE_RULE = (
+    f"sentence pieces of each chunk's content: blocks as the chunker cuts them, prose at sentence "
+    f"ends, code and tables at line ends, packed greedily to at least {PIECE_MIN_CHARS} and at "
+    f"most {PIECE_MAX_CHARS} characters (a longer unit cut at spaces); a chunk of one piece has "
+    "none; each piece is embedded as header + '\\n\\n' + piece (spec/FORMAT.md 3.9)"
+)
+PIECE_WEIGHT = 0.5  # score = (cos(chunk) + PIECE_WEIGHT * max cos(pieces)) / (1 + PIECE_WEIGHT)

@@ -69,7 +69,7 @@ MEMO_RULES = 7  # 3: filter pipeline; 4: file datatype; 5: chunk index count; 6:
 def memo_key(path: Path, header: Header) -> str:
     """The file's state as the memo knows it. The change time is in it: a write, or a reset of
     the modification time (``touch -d``), sets it to now, and no user can set it back."""
-    from kbpack import __version__
+    from kbpack.version import __version__
 
     st = os.stat(path)
     ident = [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
@@ -78,7 +78,7 @@ def memo_key(path: Path, header: Header) -> str:
 
 
 def _memo(key: str) -> Path:
-    from kbpack.model.cache import cache_dir
+    from kbpack.runtime.cache import cache_dir
 
     return cache_dir() / MEMO_FOLDER / key[:2] / key
 
@@ -197,7 +197,7 @@ def check_parses(path: Path, header: Header, file_size: int) -> bool:
     remembered = _recall(key) if key else None
     if remembered is not None:
         return remembered
-    from kbpack.verify.sandbox import Isolated, Limits, SandboxFailure
+    from kbpack.runtime.sandbox import Isolated, Limits, SandboxFailure
 
     m = header.manifest
     limits = Limits(timeout_s=BASE_TIMEOUT_S + file_size / BYTES_PER_S)

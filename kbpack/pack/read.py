@@ -32,7 +32,7 @@ from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, 
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.preflight import check_parses
 from kbpack.pack.structure import check_structure
-from kbpack.vector_scan import StoredRows
+from kbpack.pack.vector_scan import StoredRows
 
 
 @contextlib.contextmanager
@@ -411,7 +411,7 @@ class PackReader:
     @cached_property
     def bm25_analyzer(self) -> str | None:
         """The ``/bm25`` analyzer attribute; None (absent) means the plain tokenizer."""
-        from kbpack.lexical import ANALYZERS
+        from kbpack.text.analyze import ANALYZERS
 
         name = self.attrs(F.BM25).get(F.BM25_ANALYZER)
         if name is None:
@@ -656,7 +656,7 @@ class PackReader:
 
     def stored_rows(self, path: str) -> StoredRows:
         """``/vectors/data`` or ``/pieces/data`` as stored (float16), for the dense scan: rows
-        are scanned where they lie, never converted as a whole (``kbpack/vector_scan.py``)."""
+        are scanned where they lie, never converted as a whole (``kbpack/pack/vector_scan.py``)."""
         if path not in self._stored:
             checked = self.dataset(path)
             with hdf5_errors(self.where, path):

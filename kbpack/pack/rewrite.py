@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kbpack import interrupt
 from kbpack.pack import format as F
 from kbpack.pack.digest import attrs_digest
 from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
 from kbpack.pack.read import PackReader, hdf5_errors
 from kbpack.pack.write import _fsync_dir, _fsync_file, temp_path_for
+from kbpack.runtime import interrupt
 
 
 def rewrite_search_settings(

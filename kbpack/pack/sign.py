@@ -197,7 +197,7 @@ def sign_pack(pack: Path, secret_key: Path) -> str:
     # for its signed state too: the HDF5 bytes, hashed just above, do not change. Without
     # this, signing one's own build brought back the first-open pre-flight and the query hint.
     from kbpack.pack.preflight import is_remembered_clean, remember_parsed
-    from kbpack.verified import identity, remember_verified, was_verified
+    from kbpack.pack.verified import identity, remember_verified, was_verified
 
     parsed = is_remembered_clean(pack, header)
     trusted = was_verified(pack, header.manifest.hdf5_sha256)

@@ -26,12 +26,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kbpack import __version__, interrupt
-from kbpack.copies import RULE as COPIES_RULE
-from kbpack.copies import CopyFinder, CopyGroups
-from kbpack.document import Document
 from kbpack.errors import KbpackError
 from kbpack.pack import format as F
+from kbpack.pack.copies import RULE as COPIES_RULE
+from kbpack.pack.copies import CopyFinder, CopyGroups
 from kbpack.pack.digest import (
     StreamDigest,
     attrs_digest,
@@ -39,10 +37,12 @@ from kbpack.pack.digest import (
     row_digests,
     strings_digest,
 )
+from kbpack.pack.format import PIECE_RULE, PIECE_WEIGHT
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.preflight import remember_parsed
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.tempfiles import remove_stale_temp_files, temp_path_for
+from kbpack.pack.verified import remember_written
 from kbpack.pack.write_child import (
     FULL,
     TOO_LARGE,
@@ -54,8 +54,9 @@ from kbpack.pack.write_child import (
     run_in_child,
     write_failure,
 )
-from kbpack.pieces import PIECE_RULE, PIECE_WEIGHT
-from kbpack.verified import remember_written
+from kbpack.runtime import interrupt
+from kbpack.text.document import Document
+from kbpack.version import __version__
 
 BLOCK_ROWS = 65536
 
@@ -170,7 +171,7 @@ class PackWriter:
             raise ValueError("pieces are a vector level: a BM25-only pack has none")
         self.pieces = pieces
         self.intermediate = intermediate
-        # every chunk's fingerprint, grouped at commit (kbpack/copies.py); None: no /copies
+        # every chunk's fingerprint, grouped at commit (kbpack/pack/copies.py); None: no /copies
         self._copy_finder = CopyFinder() if copies else None
         self._copy_groups: CopyGroups | None = None
         self.created = created or created_now()
@@ -355,7 +356,7 @@ class PackWriter:
         terms = sum(len(t.encode()) + 16 for t in postings.terms) if postings else 0
         model = self.gguf.stat().st_size if (self.gguf and self.model) else 0
         n_strings = len(self._text_lens) * len(_DOC_STR) + self._n_sections
-        from kbpack.lexical import DENSE_SHARE
+        from kbpack.pack.bm25_store import DENSE_SHARE
 
         # the common terms' dense tf rows, uncompressed: one byte per chunk each
         df = np.diff(np.asarray(postings.indptr)) if postings is not None else np.zeros(0)
@@ -468,7 +469,7 @@ class PackWriter:
         d = self._docs
         statuses = d["status"]
         n_terms = len(postings.terms)
-        from kbpack.lexical import TermLookup, dense_rows
+        from kbpack.pack.bm25_store import TermLookup, dense_rows
 
         lookup = TermLookup.from_terms(postings.terms)
         model_bytes = self.gguf.stat().st_size if (self.gguf and self.model) else 0

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.document import Page
 from kbpack.errors import PackError, UsageError
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
-from kbpack.search import MODES, Searcher, SearchResponse
+from kbpack.search.searcher import MODES, Searcher, SearchResponse
+from kbpack.text.document import Page
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
@@ -148,7 +148,7 @@ class Library:
                 if load_model and reader.model is not None:
                     sha = str(reader.model[F.M_SHA256])
                     if sha not in embedders:
-                        from kbpack.api import resolve_embedder
+                        from kbpack.model.resolve import resolve_embedder
 
                         say(f"loading the model of {path}")
                         raw, why = resolve_embedder(reader, model)
@@ -172,7 +172,7 @@ class Library:
         self.by_file = {p.path.name: p.name for p in served}
         if len(served) < 2 or len(self.by_file) < len(served):
             return None
-        from kbpack.federate import SetSearcher, _model_mismatch
+        from kbpack.search.federate import SetSearcher, _model_mismatch
 
         mixed = _model_mismatch([p.reader for p in served])
         embedder = None if mixed else served[0].searcher.embedder

@@ -17,11 +17,11 @@ from typing import Any
 
 import anyio
 
-from kbpack import __version__
-from kbpack.commands.common import SCHEMA
 from kbpack.errors import KbpackError, UsageError
-from kbpack.search import MODES, locator
+from kbpack.schema import SCHEMA
+from kbpack.search.searcher import MODES, locator
 from kbpack.serve.library import MAX_K, MAX_QUERY_CHARS, Library
+from kbpack.version import __version__
 
 MAX_READ_CHARS = 20_000  # one read returns at most this much text: agents page through
 

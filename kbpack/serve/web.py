@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from kbpack import __version__
-from kbpack.commands.common import SCHEMA
 from kbpack.errors import KbpackError, UsageError
-from kbpack.lexical import tokenize
+from kbpack.schema import SCHEMA
 from kbpack.serve.guard import Guard
 from kbpack.serve.library import MAX_K, Document, Library, NotFound, check_query
+from kbpack.text.analyze import tokenize
+from kbpack.version import __version__
 
 
 class SearchForm(TypedDict):
@@ -181,7 +181,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
         return JSONResponse({**shape("serve"), **document_json(doc, *span)})
 
     def api_inspect(request: Request) -> Response:
-        from kbpack.commands.inspect import describe
+        from kbpack.ops.inspect import describe
 
         try:
             p = library.get(request.query_params.get("pack"))

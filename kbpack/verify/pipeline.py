@@ -36,11 +36,11 @@ from kbpack.errors import UsageError
 from kbpack.pack.manifest import refuse_non_regular
 from kbpack.pack.preflight import memo_key, remember_parsed
 from kbpack.pack.structure import Finding
+from kbpack.runtime.sandbox import Isolated, Limits, SandboxFailure, run_isolated
 from kbpack.verify.digests import NORM_TOLERANCE
 from kbpack.verify.examine import examine, manifest_dict, merge, preload_hdf5
 from kbpack.verify.file_bytes import check_bytes, read_user_block
 from kbpack.verify.report import STEPS, VerifyReport
-from kbpack.verify.sandbox import Isolated, Limits, SandboxFailure, run_isolated
 from kbpack.verify.signature import classify_foreign_manifest, verify_signature
 
 BM25_SAMPLE = 1000  # chunks re-tokenised by default
@@ -226,7 +226,7 @@ def verify_pack(
 
 def _check_set(path: Path, extra: dict[str, Any], report: VerifyReport) -> None:
     """A member of a pack set (``build --split-size``): the other members must be beside it."""
-    from kbpack.split import set_findings
+    from kbpack.pack.set_publish import set_findings
 
     found, note = set_findings(path, extra)
     if found:

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.lexical import ANALYZERS, dense_rows
 from kbpack.pack import format as F
+from kbpack.pack.bm25_store import dense_rows
+from kbpack.text.analyze import ANALYZERS
 from kbpack.verify.exam_state import MAX_ROWS_SHOWN, ExamState
 from kbpack.verify.report import HEADER
 
@@ -195,7 +196,7 @@ class Bm25Invariants(ExamState):
         doc_len: np.ndarray,
     ) -> None:
         """Postings of (a sample of) chunks equal the tokenizer's counts of their content."""
-        from kbpack.lexical import analyzer
+        from kbpack.text.analyze import analyzer
 
         name = (self.attrs.get(F.BM25) or {}).get(F.BM25_ANALYZER)
         terms_of = analyzer(None if name is None else str(name)).terms

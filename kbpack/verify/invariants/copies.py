@@ -2,14 +2,14 @@
 group is there; chunk rows in range, each in at most one group; groups numbered 0, 1, ... with
 at least two members, chunks ascending within a group; ``exact`` says the truth: 1 exactly when
 a member's normalised words equal those of its group's first chunk (re-computed here with
-``kbpack.copies.normal_words``). Near copies are the builder's judgement and are not re-judged."""
+``kbpack.pack.copies.normal_words``). Near copies are the builder's judgement and are not re-judged."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kbpack.copies import exact_key, normal_words
 from kbpack.pack import format as F
+from kbpack.pack.copies import exact_key, normal_words
 from kbpack.verify.exam_state import ExamState
 from kbpack.verify.report import HEADER
 

@@ -1,0 +1,1 @@
+"""One module per command family; ``kbpack.cli.main`` imports each only when its command runs."""

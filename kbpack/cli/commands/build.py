@@ -1,0 +1,273 @@
+"""``kbpack build`` and ``kbpack update``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kbpack.cli.commands.common import (
+    emit_json,
+    force_option,
+    json_option,
+    output_option,
+    quiet_option,
+    show_progress,
+    threads_option,
+)
+from kbpack.text.analyze import PLAIN, SNOWBALL_ENGLISH
+
+# --analyzer's choices -> the name a pack records ("plain" records none)
+_ANALYZER_IDS = {"plain": PLAIN, "snowball-english": SNOWBALL_ENGLISH}
+
+
+def build_options(f: Any) -> Any:
+    opts = [
+        click.option(
+            "--model",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="GGUF embedding model (default: all-MiniLM-L6-v2).",
+        ),
+        click.option(
+            "--embed-model",
+            is_flag=True,
+            help="Store the GGUF model inside the pack (air-gapped query without a model install).",
+        ),
+        click.option(
+            "--query-prefix",
+            metavar="TEXT",
+            help="Text before every query, stored in the pack (default: the model family's; "
+            "README Models).",
+        ),
+        click.option(
+            "--doc-prefix",
+            metavar="TEXT",
+            help="Text before every embedded chunk, stored in the pack (default: the model "
+            "family's; '' for none).",
+        ),
+        click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
+        click.option(
+            "--analyzer",
+            type=click.Choice(["plain", "snowball-english"]),
+            default=None,
+            help="BM25 terms: plain (words as written; the default) or snowball-english (also "
+            "English stems, so 'orphan' finds 'orphaning'; codes stay exact). update: as the "
+            "old pack unless given.",
+        ),
+        click.option(
+            "--pieces/--no-pieces",
+            default=None,
+            help="Also embed sentence pieces of every chunk: finer dense matching for ~4x "
+            "vectors and ~2x size. Default: on for build; update keeps what the pack has.",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only names matching GLOB (repeatable).",
+        ),
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="GLOB",
+            help="Skip names matching GLOB (repeatable).",
+        ),
+        click.option(
+            "--follow-symlinks",
+            is_flag=True,
+            help="Also read folders outside the input tree that symlinks point to (loop-safe).",
+        ),
+        click.option(
+            "--max-chars",
+            type=click.IntRange(min=64),
+            help="Character target per chunk (secondary to the token window).",
+        ),
+        click.option(
+            "--overlap",
+            type=click.IntRange(min=0),
+            default=0,
+            show_default=True,
+            help="Characters of overlap between chunks (insurance against split answers; costs precision).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=120.0,
+            show_default=True,
+            help="CPU seconds per document before extraction is stopped (10x that in wall time).",
+        ),
+        click.option(
+            "--max-file-mb",
+            type=click.FloatRange(min=0.001),
+            default=100.0,
+            show_default=True,
+            help="Larger sources (and compressed ones that inflate past it) are recorded as failed.",
+        ),
+        click.option(
+            "--max-pages",
+            type=click.IntRange(min=1),
+            default=2000,
+            show_default=True,
+            help="PDFs with more pages are recorded as failed.",
+        ),
+        threads_option,
+        click.option(
+            "--strict",
+            is_flag=True,
+            help="Exit 1 when any document failed or was skipped (files of types kbpack does not "
+            "read, and --include/--exclude, aside).",
+        ),
+        click.option(
+            "--allow-empty",
+            is_flag=True,
+            help="Write the pack even when no document could be read (else exit 1).",
+        ),
+        force_option,
+        json_option,
+        quiet_option,
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@output_option("The pack file to write.", required=True)
+@click.option(
+    "--shard",
+    metavar="I/N",
+    help="Only shard I of N of the documents (by a hash of the name); merge the N packs.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Extract, chunk and embed on a local Dask cluster of N worker processes.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Extract, chunk and embed on the Dask cluster at ADDRESS (tcp://host:8786).",
+)
+@click.option(
+    "--split-size",
+    metavar="SIZE",
+    help="Write a pack set OUT-001.kbpack, OUT-002.kbpack, ... each under SIZE (e.g. 3.9G for FAT32).",
+)
+@build_options
+def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
+    """Build a pack from folders and files (md, txt, html, pdf, docx).
+
+    Failed documents are recorded in the pack with their reason; the build goes on.
+    Exit 0 on success, 1 when no document could be read (unless --allow-empty) or when
+    --strict and a document failed or was skipped (unsupported types aside), 2 on usage
+    errors, 130 when interrupted (the output path is left as it was).
+    """
+    return run_build_command(sources, out, **kw)
+
+
+def run_build_command(
+    sources: tuple[Path, ...],
+    out: Path,
+    reuse: Path | None = None,
+    sign: tuple[str | None, Path | None] | None = None,
+    **kw: Any,
+) -> int:
+    """Build (or, with ``reuse``, update) and report. ``sign``: (the old pack's signer, a
+    secret key to sign the new pack with), for update."""
+    from kbpack.cli.build_report import render_report, render_set_members, render_signature
+    from kbpack.extract import Limits
+    from kbpack.index.pieces import DEFAULT_PIECES
+    from kbpack.ops.build import BuildOptions
+    from kbpack.ops.build import build as run_build
+    from kbpack.ops.outpath import check_output
+    from kbpack.ops.shards import parse_shard
+    from kbpack.runtime.progress import Progress
+
+    as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    shard = kw.pop("shard", None)
+    split_size = kw.pop("split_size", None)
+    workers, scheduler = kw.pop("workers", None), kw.pop("scheduler", None)
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("give either --workers or --scheduler, not both")
+    # before any work: a long build must not end by refusing (or destroying) its output path
+    out = check_output(out, inputs=sources, force=kw.pop("force"))
+    pieces = kw["pieces"]
+    if pieces is None and reuse is None:
+        pieces = DEFAULT_PIECES  # (update, given neither, keeps what the old pack has)
+    opts = BuildOptions(
+        sources=list(sources),
+        out=out,
+        model=kw["model"],
+        vectors=not kw["no_vectors"],
+        embed_model=kw["embed_model"],
+        include=kw["include"],
+        exclude=kw["exclude"],
+        follow_symlinks=kw["follow_symlinks"],
+        allow_empty=kw["allow_empty"],
+        limits=Limits(
+            max_file_bytes=int(kw["max_file_mb"] * 2**20),
+            timeout_s=kw["timeout"],
+            max_pages=kw["max_pages"],
+        ),
+        max_chars=kw["max_chars"],
+        overlap=kw["overlap"],
+        threads=kw["threads"],
+        shard=parse_shard(shard) if shard else None,
+        query_prefix=kw["query_prefix"],
+        doc_prefix=kw["doc_prefix"],
+        pieces=pieces,
+        analyzer=_ANALYZER_IDS.get(kw["analyzer"]) if kw["analyzer"] else None,
+    )
+    if opts.embed_model and not opts.vectors:
+        raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
+    if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):
+        raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
+    if kw["pieces"] and not opts.vectors:
+        raise click.UsageError("--pieces needs vectors; drop --no-vectors")
+    # SIGTERM is Ctrl-C (kbpack.cli.main.main): the writer removes its temp file, exit 130
+    if split_size is not None:
+        from kbpack.ops.split import build_set, name_the_set, parse_size
+
+        builder = None
+        if workers is not None or scheduler is not None:
+            from kbpack.ops.cluster import cluster_build
+
+            def builder(o: Any, p: Any) -> Any:
+                return cluster_build(o, workers, scheduler, p)
+
+        report, members = build_set(
+            opts, parse_size(split_size), Progress(show_progress(quiet, as_json)), builder
+        )
+        name_the_set(report, out, members)
+        if as_json:
+            emit_json({**report.as_dict(), "set": members.as_dict()})
+        elif not quiet:
+            click.echo(render_report(report))
+            if listing := render_set_members(members):
+                click.echo(listing)
+        return 1 if (strict and report.strict_failures()) else 0
+    if reuse is not None:
+        from kbpack.ops.update import update_pack
+
+        report = update_pack(reuse, opts, Progress(show_progress(quiet, as_json)))
+    elif workers is not None or scheduler is not None:
+        from kbpack.ops.cluster import cluster_build
+
+        report = cluster_build(opts, workers, scheduler, Progress(show_progress(quiet, as_json)))
+    else:
+        report = run_build(opts, Progress(show_progress(quiet, as_json)))
+    if sign is not None:
+        from kbpack.pack.sign import sign_updated
+
+        signature = sign_updated(report.path, *sign)
+    else:
+        signature = None
+    if as_json:
+        emit_json({**report.as_dict(), **({"signature": signature} if signature else {})})
+    elif not quiet:
+        click.echo(render_report(report))
+        if signature:
+            click.echo(render_signature(report.path, signature))
+    return 1 if (strict and report.strict_failures()) else 0

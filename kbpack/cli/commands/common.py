@@ -1,0 +1,129 @@
+"""Options and output helpers shared by every command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from kbpack.cli.plain_text import human_size as human_size  # re-exported: the commands' import
+from kbpack.cli.plain_text import table as table
+from kbpack.schema import SCHEMA as SCHEMA  # re-exported: the commands take it from here
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Choice(click.Choice):  # type: ignore[type-arg]
+    """click.Choice that answers a typo with the closest choice: "did you mean 'bm25'?"."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            import difflib  # only for a mistyped choice
+
+            close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.fail(
+                f"{value!r} is not one of {', '.join(map(str, self.choices))}{hint}", param, ctx
+            )
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")(
+        f
+    )
+
+
+def quiet_option(f: F) -> F:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress and no summary.")(f)
+
+
+def force_option(f: F) -> F:
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="Replace an existing file that is not a pack, or a symlink's target (never an input).",
+    )(f)
+
+
+def query_model_option(f: F) -> F:
+    return click.option(
+        "--model",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Query-side GGUF model (must be the pack's model).",
+    )(f)
+
+
+def output_option(
+    help: str,
+    *,
+    dest: str = "out",
+    required: bool = False,
+    dir_okay: bool = True,
+    allow_dash: bool = False,
+    default: str | None = None,
+) -> Callable[[F], F]:
+    """``-o/--output PATH``, the one spelling of every command's output file (``dest``: the
+    parameter it fills). Where it is written, and what may be replaced, is ``kbpack.ops.outpath``'s."""
+    extra: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option(
+        "-o",
+        "--output",
+        dest,
+        required=required,
+        type=click.Path(dir_okay=dir_okay, allow_dash=allow_dash, path_type=Path),
+        help=help,
+        **extra,
+    )
+
+
+def threads_option(f: F) -> F:
+    return click.option(
+        "--threads",
+        type=click.IntRange(min=1),
+        help="Embedding threads (default: all cores; 1 on a busy machine).",
+    )(f)
+
+
+def command_name() -> str:
+    """``query``, ``model info``: the command being run, without the program name."""
+    ctx = click.get_current_context(silent=True)
+    return " ".join(ctx.command_path.split()[1:]) if ctx else ""
+
+
+def envelope(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Every JSON document kbpack prints starts with ``schema`` and ``command`` (spec/JSON.md)."""
+    return {"schema": SCHEMA, "command": command_name(), **body}
+
+
+def emit_json(obj: Mapping[str, Any]) -> None:
+    click.echo(json.dumps(envelope(obj), ensure_ascii=False, indent=2, default=str))
+
+
+def emit_json_line(obj: Mapping[str, Any]) -> None:
+    """One compact JSON document per line (--batch, export --json): the same envelope."""
+    click.echo(json.dumps(envelope(obj), ensure_ascii=False, default=str))
+
+
+def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
+    """Lines of a table with a header row, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    pad = " " * indent
+    return [
+        pad + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [head, *rows]
+    ]
+
+
+def show_progress(quiet: bool, as_json: bool) -> bool | None:
+    """None lets Progress decide (TTY only); False when the user asked for silence."""
+    return False if (quiet or as_json) else None
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

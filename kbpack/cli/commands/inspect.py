@@ -1,0 +1,188 @@
+"""``kbpack inspect`` and ``kbpack export``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kbpack.cli.commands.common import (
+    Choice,
+    emit_json,
+    force_option,
+    human_size,
+    json_option,
+    output_option,
+    table,
+)
+from kbpack.ops.inspect import describe as describe
+from kbpack.ops.inspect import element_bytes as element_bytes
+from kbpack.pack import format as F
+
+
+@click.command()
+@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--sizes", is_flag=True, help="Bytes per element.")
+@json_option
+def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
+    """Show what PACK holds: format, counts, model stamp, sizes, failed documents."""
+    info = describe(pack)
+    if as_json:
+        emit_json(info)
+        return 0
+    c = info["counts"]
+    m = info["model"]
+    rows = [
+        ("pack", f"{info['path']} ({human_size(info['file_size'])})"),
+        (
+            "format",
+            f"v{info['format_version']} (kbpack {info['kbpack_version']}, pipeline {info['pipeline_version']})",
+        ),
+        ("created", info["created"]),
+        (
+            "metadata",
+            "HDF5 checksummed"
+            if info["hdf5_metadata_checksummed"]
+            else "no HDF5 checksums (older layout; kbpack migrate PACK -o NEW adds them)",
+        ),
+        (
+            "signature",
+            "present, not checked here (kbpack verify --key checks it)"
+            if info["signed"]
+            else "none",
+        ),
+        (
+            "documents",
+            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped",
+        ),
+        ("sections", c["sections"]),
+        ("pages", c["pages"]),
+        ("chunks", c["chunks"]),
+        ("vectors", c["vectors"]),
+        ("terms", c["terms"]),
+        (
+            "model",
+            f"{m['name']} {m['dims']}d {m['pooling']}, window {m['window']}, sha256 {m['sha256'][:16]}…"
+            if m
+            else "none (BM25-only pack)",
+        ),
+        ("model file", "stored in the pack" if info["embedded_model"] else "not stored"),
+        (
+            "prefixes",  # quoted: a prefix's trailing space matters
+            f"query {m.get('query_prefix', '')!r}, document {m.get('doc_prefix', '')!r}"
+            if m
+            else "-",
+        ),
+        (
+            "threshold",
+            f"{info['search']['max_distance']:g} cosine distance"
+            + (" (calibrated)" if "calibration" in info["search"] else " (default)"),
+        ),
+    ]
+    prov = info["provenance"]
+    if "merged_from" in prov:
+        rows.append(("merged from", ", ".join(s["file"] for s in prov["merged_from"])))
+    if "shard" in prov:
+        rows.append(("shard", f"{prov['shard']['index']} of {prov['shard']['count']}"))
+    if "set" in prov:
+        s = prov["set"]
+        rows.append(("pack set", f"member {s['index']} of {s['count']} (set {s['id']})"))
+    click.echo(table(rows))
+    if sizes:
+        click.echo("element bytes:")
+        click.echo(
+            table([(k, human_size(v)) for k, v in sorted(info["element_bytes"].items())], indent=2)
+        )
+    for f in info["failed"]:
+        click.echo(f"  failed   {f['name']} ({f['stage']}): {f['reason']}")
+    for f in info["skipped"]:
+        click.echo(f"  skipped  {f['name']}: {f['reason']}")
+    for st in info["stale"]:
+        n = len(st["documents"])
+        click.echo(
+            f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
+        )
+    return 0
+
+
+@click.command()
+@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--what",
+    type=Choice(["chunks", "sections", "documents"]),
+    default="chunks",
+    show_default=True,
+    help="What to dump, one JSON object per line.",
+)
+@output_option(
+    "Write the lines to this file (- for stdout), complete or not at all.",
+    dest="output",
+    dir_okay=False,
+    allow_dash=True,
+    default="-",
+)
+@force_option
+@json_option
+def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> int:
+    """Dump chunks, sections or documents of PACK as JSON lines.
+
+    With --json: one JSON document (schema, command, pack, what, records) instead of lines.
+    """
+    from kbpack.ops.outpath import STDOUT, check_output, write_atomically
+    from kbpack.pack.read import PackReader
+
+    if output != STDOUT:
+        output = check_output(output, inputs=[pack], force=force, pack=False)
+    with PackReader(pack) as r:
+        if as_json:
+            emit_json({"pack": str(pack), "what": what, "records": list(iter_records(r, what))})
+            return 0
+        with write_atomically(output) as f:
+            for rec in iter_records(r, what):
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return 0
+
+
+def iter_records(r: Any, what: str) -> Any:
+    names = r.strings(F.DOC_NAME)
+    if what == "documents":
+        cols = {k: r.strings(f"{F.DOCUMENTS}/{k}") for k in F.DOC_STRING_COLUMNS if k != "warnings"}
+        nums = {k: r.column(f"{F.DOCUMENTS}/{k}") for k in F.DOC_INT_COLUMNS}
+        for i in range(len(names)):
+            rec = {k: v[i] for k, v in cols.items()}
+            rec.update({k: int(v[i]) for k, v in nums.items()})
+            rec["warnings"] = r.warnings(i)
+            rec["chars"] = len(r.text(i))
+            yield rec
+    elif what == "sections":
+        doc, parent, level = r.column(F.SEC_DOCUMENT), r.column(F.SEC_PARENT), r.column(F.SEC_LEVEL)
+        start, end, titles = r.column(F.SEC_FROM), r.column(F.SEC_TO), r.strings(F.SEC_TITLE)
+        for i in range(len(doc)):
+            yield {
+                "id": i,
+                "doc": names[int(doc[i])],
+                "parent": int(parent[i]),
+                "level": int(level[i]),
+                "title": titles[i],
+                "path": " > ".join(r.section_path(i)),
+                "from": int(start[i]),
+                "to": int(end[i]),
+            }
+    else:
+        doc, sec = r.column(F.CHUNK_DOCUMENT), r.column(F.CHUNK_SECTION)
+        start, end = r.column(F.CHUNK_FROM), r.column(F.CHUNK_TO)
+        page, tokens = r.column(F.CHUNK_PAGE), r.column(F.CHUNK_TOKENS)
+        for i in range(len(doc)):
+            d = int(doc[i])
+            yield {
+                "id": i,
+                "doc": names[d],
+                "section": " > ".join(r.section_path(int(sec[i]))),
+                "from": int(start[i]),
+                "to": int(end[i]),
+                "page": int(page[i]) or None,
+                "tokens": int(tokens[i]),
+                "content": r.text(d)[int(start[i]) : int(end[i])],
+            }

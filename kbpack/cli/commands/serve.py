@@ -1,0 +1,170 @@
+"""``kbpack serve`` (a local web page and JSON API) and ``kbpack mcp`` (an MCP stdio server)."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kbpack.cli.commands.common import emit_json_line, json_option, quiet_option, stderr_is_tty
+from kbpack.errors import UsageError
+
+SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
+
+
+def _needs(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"kbpack serve needs the Python package {module!r}: {SERVE_EXTRA_HINT}")
+
+
+def _packs_argument(f: Any) -> Any:
+    return click.argument(
+        "packs",
+        nargs=-1,
+        required=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    )(f)
+
+
+def _common(f: Any) -> Any:
+    f = click.option(
+        "--no-verify",
+        is_flag=True,
+        help="Serve packs without checking them first (the page says they were not verified).",
+    )(f)
+    return click.option(
+        "--model",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Query-side GGUF model (must be the packs' model).",
+    )(f)
+
+
+@click.command()
+@_packs_argument
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free port; --json says which).",
+)
+@click.option(
+    "--token",
+    help="Access token, required for a non-loopback --host (one is generated when omitted).",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
+@_common
+@quiet_option
+@json_option
+def serve(
+    packs: tuple[Path, ...],
+    host: str,
+    port: int,
+    token: str | None,
+    open_browser: bool,
+    no_verify: bool,
+    model: Path | None,
+    quiet: bool,
+    as_json: bool,
+) -> int:
+    """Serve PACKs on a local web page and a JSON API under /api/ until Ctrl-C.
+
+    Binds to loopback by default; any other --host requires a token on every request.
+    """
+    for m in ("starlette", "uvicorn", "jinja2"):
+        _needs(m)
+    import socket
+
+    import uvicorn
+
+    from kbpack.serve.guard import is_loopback
+    from kbpack.serve.library import Library
+    from kbpack.serve.web import create_app
+
+    loopback = is_loopback(host)
+    if not loopback and not token:
+        token = secrets.token_urlsafe(24)
+
+    # progress on a terminal only; the summary unless --quiet; the URL line always
+    def say(msg: str) -> None:
+        if not (quiet or as_json):
+            click.echo(msg, err=True)
+
+    progress = say if stderr_is_tty() else None
+    library = Library(list(packs), model=model, verify=not no_verify, on_progress=progress)
+    try:
+        # bind first (port 0 picks a free port) so the printed URL is the real one
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({e.strerror}): choose another --port"
+            ) from e
+        # listen before the URL is printed: a client that reads it and connects at once
+        # waits in the backlog instead of being refused while the server starts (seen under load)
+        sock.listen(2048)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{bound}/" + (f"?token={token}" if token else "")
+        if as_json:
+            emit_json_line(  # one line: a script reads it, then talks to the server
+                {
+                    "url": url,
+                    "host": host,
+                    "port": bound,
+                    "token": token,
+                    "packs": [
+                        {"name": p.name, "path": str(p.path), "verify": p.verify}
+                        for p in library.packs.values()
+                    ],
+                }
+            )
+            sys.stdout.flush()
+        else:
+            for p in library.packs.values():
+                state = "verified" if p.verify["checked"] else "NOT verified (--no-verify)"
+                say(f"  {p.name}: {p.path} ({state})")
+                for note in p.searcher.notes:
+                    say(f"    note: {note}")
+            click.echo(f"kbpack serve: {url}")
+            say("Ctrl-C stops the server")
+            sys.stdout.flush()
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+        app = create_app(library, token=token, loopback=loopback)
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, timeout_graceful_shutdown=5
+        )
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        library.close()
+    return 0
+
+
+@click.command()
+@_packs_argument
+@_common
+def mcp(packs: tuple[Path, ...], no_verify: bool, model: Path | None) -> int:
+    """Serve PACKs to a local agent over the Model Context Protocol (stdio).
+
+    Tools: search(query, k, mode) and read(doc, from, to). Stdout is the protocol, so there is
+    no --json: every message on it is JSON-RPC already.
+    """
+    _needs("mcp")
+    from kbpack.serve.library import Library
+    from kbpack.serve.mcp_tools import run_stdio
+
+    with Library(list(packs), model=model, verify=not no_verify) as library:
+        run_stdio(library)
+    return 0

@@ -1,0 +1,321 @@
+"""The exact dense scan over float16 vectors where they are stored: no float32 copy of the matrix.
+
+Why: converting every stored float16 vector to float32 before the first dense query cost 1-2.6 s
+at 1M chunks (1.5 GB of float32), and every CLI query is a first query; with sentence pieces
+(~4x the vectors) it cost four times that in time and memory (bench/RESULTS.md, "Dense scan").
+
+How:
+
+* **Where the rows are read.** ``/vectors/data`` and ``/pieces/data`` are stored uncompressed
+  (spec/FORMAT.md §1.1): each HDF5 chunk on disk is its rows, as little-endian float16, followed
+  by the 4-byte Fletcher-32 checksum. ``StoredRows`` maps the file read-only and scans every
+  chunk's rows in place, in the page cache: nothing is copied or converted. A dataset stored any
+  other way (another filter, big-endian, a chunk missing, a file that cannot be mapped) is read
+  through HDF5 in blocks of a few MiB instead: checked, slower, the same scores.
+* **The kernel.** simsimd's float16 dot product converts with F16C and accumulates in float32
+  (its AVX-512 FP16 kernel, which accumulates in float16 and errs by ~2e-4, is switched off: a
+  cosine that much off reorders near ties against the float32 reference). A query scans every
+  row once against the query rounded to float16 (``rounded``): one conversion of each row, ~45
+  ns a row here, each score within ``rounding_error(q)`` (~3e-4 at 384 dims) of the float32
+  matmul; ``kbpack/search/dense.py`` re-scores the rows near the top exactly, so the top it returns
+  is the exact one. The exact scan (``rounded=False``, the reference path) splits the query
+  into a float16 ``hi`` and the float16 ``lo`` of what ``hi`` missed, and a row's score is
+  ``row . hi + row . lo``, within ~1e-7 of the float32 matmul, at two conversions a row.
+  Without simsimd, numpy converts one block at a time and multiplies (exact, a few times
+  slower, never the whole matrix).
+* **Checksums.** Reading mapped bytes skips the Fletcher-32 check that HDF5 applies on every
+  read. ``checked_rows`` re-reads rows through HDF5 (checked); the searcher re-scores every
+  chunk it returns that way and refuses a pack whose mapped and checked rows disagree
+  (``kbpack.search.searcher``), so no score a query shows comes from unchecked bytes. Damage in a row that
+  no query returns can change a ranking unnoticed until ``kbpack verify`` (spec §1.2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+FLETCHER32 = 3  # HDF5's filter id (H5Z_FILTER_FLETCHER32)
+FLOAT16 = np.dtype("<f2")
+BLOCK_BYTES = 4 << 20  # the HDF5 path reads this much per call: big enough to amortise the call,
+#   small enough to stay in cache while it is scanned
+# how far from 1 a stored vector's norm may be: verify's NORM_TOLERANCE (kbpack/verify/digests.py,
+# not imported here: a query does not load verify; tests/test_vector_scan.py checks they agree)
+NORM_TOLERANCE = 1e-2
+
+
+def _load_simsimd() -> Any | None:
+    try:
+        import simsimd
+    except ImportError:  # a platform without its wheel: numpy scans the same rows
+        return None
+    # the FP16 kernel accumulates in float16 (errors ~2e-4); the F16C one in float32
+    simsimd.disable_capability("sapphire")
+    return simsimd
+
+
+_SIMSIMD: Any | None = None
+_SIMSIMD_LOADED = False
+
+
+def simsimd_module() -> Any | None:
+    """simsimd, imported on the first scan (it is not needed to open a pack), or None."""
+    global _SIMSIMD, _SIMSIMD_LOADED
+    if not _SIMSIMD_LOADED:
+        _SIMSIMD, _SIMSIMD_LOADED = _load_simsimd(), True
+    return _SIMSIMD
+
+
+Kernel = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def split_query(q: np.ndarray) -> np.ndarray:
+    """``(2, dims)`` float16: ``hi`` (the query rounded) and ``lo`` (the rounding error)."""
+    q = np.asarray(q, dtype=np.float32)
+    hi = q.astype(np.float16)
+    lo = (q - hi.astype(np.float32)).astype(np.float16)
+    return np.stack([hi, lo])
+
+
+def rounding_error(q: np.ndarray) -> float:
+    """A bound on ``|row . q - row . hi|`` as computed, for every row of norm <= 1 + tolerance,
+    where ``hi`` is ``q`` rounded to float16 (the one-pass scan).
+
+    Cauchy-Schwarz bounds the rounding of the query: ``|row . (q - hi)| <= |row| |q - hi|``;
+    each float32 dot product of ``dims`` terms, the scan's and the reference's, errs by at most
+    ``gamma(dims) |row| |q|`` (Higham's bound, ``gamma(n) = n u / (1 - n u)``, u = 2^-24).
+    Rows are unit vectors to within ``NORM_TOLERANCE`` (spec §3.5; verify checks it).
+    """
+    q = np.asarray(q, dtype=np.float64)
+    hi = q.astype(np.float16).astype(np.float64)
+    nu = q.size * 2.0**-24
+    gamma = nu / (1.0 - nu)
+    row = 1.0 + NORM_TOLERANCE
+    return float(row * (np.linalg.norm(q - hi) + gamma * (np.linalg.norm(hi) + np.linalg.norm(q))))
+
+
+def simsimd_kernel(q: np.ndarray, *, rounded: bool = False) -> Kernel | None:
+    """A function ``rows (m, dims) float16 -> (m, p) float32``: the dot products of each row with
+    the query's ``p`` float16 parts: ``hi`` and ``lo`` (``split_query``), or with ``rounded``
+    the query rounded to float16 alone (one conversion of each row: ``rounding_error``)."""
+    simsimd = simsimd_module()
+    if simsimd is None:
+        return None
+    parts = np.asarray(q, dtype=np.float32).astype(np.float16)[None] if rounded else split_query(q)
+
+    def kernel(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        # not cdist(..., out=out): simsimd 6.5 then returns None without a reference to it,
+        # and each call takes one from None's count until the interpreter aborts
+        # ("none_dealloc"); tests/test_vector_scan.py counts None's references around scans
+        out[:] = np.asarray(simsimd.cdist(rows, parts, metric="dot", out_dtype="float32"))
+        return out
+
+    kernel.parts = parts.shape[0]  # type: ignore[attr-defined]
+    return kernel
+
+
+def numpy_kernel(q: np.ndarray) -> Kernel:
+    """The same contract in numpy: one block converted to float32, then a matrix-vector product
+    (exact to float32 rounding: one part)."""
+    q32 = np.asarray(q, dtype=np.float32)
+
+    def kernel(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        out[:, 0] = rows.astype(np.float32) @ q32
+        return out
+
+    kernel.parts = 1  # type: ignore[attr-defined]
+    return kernel
+
+
+def pick_kernel(q: np.ndarray, use_simsimd: bool, rounded: bool) -> tuple[Kernel, float]:
+    """(kernel, the bound on how far its scores may be from the float32 reference's)."""
+    kernel = simsimd_kernel(q, rounded=rounded) if use_simsimd else None
+    if kernel is None:
+        return numpy_kernel(q), 0.0
+    return kernel, rounding_error(q) if rounded else 0.0
+
+
+def _total(parts: np.ndarray) -> np.ndarray:
+    if parts.shape[1] == 1:
+        return parts[:, 0]
+    return np.add(parts[:, 0], parts[:, 1])  # (sum(axis=1) is 3x slower on 2 columns)
+
+
+def scan_matrix(
+    rows: np.ndarray, q: np.ndarray, *, use_simsimd: bool = True, rounded: bool = False
+) -> np.ndarray:
+    """Float32 scores ``rows @ q`` of an in-memory matrix (float16 or float32), by blocks; with
+    ``rounded``, float16 rows are scanned once against the rounded query (``rounding_error``)."""
+    return scan_matrix_bounded(rows, q, use_simsimd=use_simsimd, rounded=rounded)[0]
+
+
+def scan_matrix_bounded(
+    rows: np.ndarray, q: np.ndarray, *, use_simsimd: bool = True, rounded: bool = False
+) -> tuple[np.ndarray, float]:
+    """``scan_matrix`` and the bound on its distance from the float32 reference."""
+    rows = np.asarray(rows)
+    if rows.dtype != FLOAT16:
+        return np.asarray(rows.astype(np.float32, copy=False) @ np.asarray(q, np.float32)), 0.0
+    kernel, error = pick_kernel(q, use_simsimd, rounded)
+    n = rows.shape[0]
+    parts = np.empty((n, kernel.parts), np.float32)  # type: ignore[attr-defined]
+    step = max(1, BLOCK_BYTES // max(1, rows.shape[1] * 2))
+    for at in range(0, n, step):
+        kernel(np.ascontiguousarray(rows[at : at + step]), parts[at : at + step])
+    return _total(parts), error
+
+
+class StoredRows:
+    """A float16 vector dataset of an open pack, scanned in place (see the module docstring).
+
+    ``checked`` is the element's ``CheckedDataset`` (reads through HDF5, Fletcher-32 checked);
+    ``h5ds`` the raw h5py dataset whose chunk layout says where the rows lie in ``path``.
+    """
+
+    def __init__(self, checked: Any, h5ds: Any, path: str) -> None:
+        self.checked = checked
+        self.shape: tuple[int, int] = tuple(h5ds.shape)  # type: ignore[assignment]
+        self._blocks: list[tuple[int, np.ndarray]] | None = None
+        self._map: mmap.mmap | None = None
+        self.mapped = False
+        with contextlib.suppress(OSError, ValueError, RuntimeError, TypeError, KeyError):
+            self._blocks = self._map_chunks(h5ds, path)
+            self.mapped = self._blocks is not None
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _map_chunks(self, ds: Any, path: str) -> list[tuple[int, np.ndarray]] | None:
+        """(first row, float16 rows view) of every chunk, or None where the layout does not
+        allow reading the stored bytes as the values."""
+        n, dims = self.shape
+        if n == 0 or ds.dtype != FLOAT16 or ds.chunks is None or ds.chunks[1:] != (dims,):
+            return None
+        dcpl = ds.id.get_create_plist()
+        filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+        if filters not in ([], [FLETCHER32]):
+            return None
+        extents: list[tuple[int, int]] = []
+        ds.id.chunk_iter(lambda c: extents.append((int(c.chunk_offset[0]), int(c.byte_offset))))
+        extents.sort()
+        rows_per = int(ds.chunks[0])
+        row_bytes = dims * 2
+        if [r for r, _ in extents] != list(range(0, n, rows_per)):
+            return None  # a chunk never written reads as the fill value: not in the file
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        flat = np.frombuffer(self._map, dtype=np.uint8)
+        blocks = []
+        for first, offset in extents:
+            m = min(rows_per, n - first)
+            if offset + m * row_bytes > flat.size:
+                return None
+            view = flat[offset : offset + m * row_bytes].view(FLOAT16).reshape(m, dims)
+            blocks.append((first, view))
+        # the first and the last row as HDF5 reads them must be the bytes mapped
+        for first, view in (blocks[0], blocks[-1]):
+            m = view.shape[0]
+            if not np.array_equal(
+                np.asarray(ds[first : first + m]).view(np.uint16), view.view(np.uint16)
+            ):
+                return None
+        return blocks
+
+    def scan(self, q: np.ndarray, *, use_simsimd: bool = True, rounded: bool = False) -> np.ndarray:
+        """Float32 ``row . q`` of every row, exact to float32 rounding; with ``rounded``, within
+        ``rounding_error(q)`` of it (``scan_bounded``)."""
+        return self.scan_bounded(q, use_simsimd=use_simsimd, rounded=rounded)[0]
+
+    def scan_bounded(
+        self, q: np.ndarray, *, use_simsimd: bool = True, rounded: bool = False
+    ) -> tuple[np.ndarray, float]:
+        """``scan`` and the bound on its distance from the float32 reference (0 when exact)."""
+        n, dims = self.shape
+        kernel, error = pick_kernel(q, use_simsimd, rounded)
+        parts = np.empty((n, kernel.parts), np.float32)  # type: ignore[attr-defined]
+        if self._blocks is not None:
+            aligned = None
+            for first, view in self._blocks:
+                if not view.flags.aligned:
+                    # HDF5 places chunks at any byte: an odd offset gives float16 rows that
+                    # simsimd refuses (buffer format '=e'); one chunk is copied to an aligned
+                    # buffer that stays in cache (~5% of a scan)
+                    if aligned is None:
+                        aligned = np.empty(view.shape, FLOAT16)
+                    block = aligned[: view.shape[0]]
+                    np.copyto(block, view)
+                    view = block
+                kernel(view, parts[first : first + view.shape[0]])
+        else:
+            step = max(1, BLOCK_BYTES // max(1, dims * 2))
+            for at in range(0, n, step):
+                rows = np.asarray(self.checked[at : at + step], dtype=FLOAT16)
+                kernel(rows, parts[at : at + rows.shape[0]])
+        return _total(parts), error
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Float32 vectors of ``ids`` as the scan reads them: from the mapped bytes (no checksum,
+        like the scan) where mapped, else through HDF5."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self._blocks is None:
+            return self.checked_rows(ids)
+        if ids.size == 0:
+            return np.zeros((0, self.shape[1]), np.float32)
+        out = np.empty((ids.size, self.shape[1]), np.float32)
+        per = self._blocks[0][1].shape[0]  # every chunk but the last holds this many rows
+        block = ids // per
+        order = np.argsort(block, kind="stable")
+        bounds = np.flatnonzero(np.r_[True, np.diff(block[order]) != 0, True])
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            at = order[lo:hi]
+            first, view = self._blocks[int(block[at[0]])]
+            out[at] = view[ids[at] - first]
+        return out
+
+    def checked_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Float32 vectors of ``rows`` (ascending or not) read through HDF5's checksum."""
+        rows = np.asarray(rows, dtype=np.int64)
+        order = sorted_unique(rows)
+        if order.size == 0:
+            return np.zeros((0, self.shape[1]), np.float32)
+        got = np.asarray(self.checked[order], dtype=np.float32)
+        return got[np.searchsorted(order, rows)]
+
+    def close(self) -> None:
+        self._blocks = None
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a caller still holds a view: let GC close
+                self._map.close()
+            self._map = None
+
+
+def scan(rows: np.ndarray | StoredRows, q: np.ndarray) -> np.ndarray:
+    """Float32 ``rows @ q`` whether the rows are in memory (tests, benches) or in a pack."""
+    if isinstance(rows, StoredRows):
+        return rows.scan(q)
+    return scan_matrix(rows, q)
+
+
+def scan_rounded(rows: np.ndarray | StoredRows, q: np.ndarray) -> tuple[np.ndarray, float]:
+    """One float16 pass: scores within the returned bound of ``scan``'s (``rounding_error``)."""
+    if isinstance(rows, StoredRows):
+        return rows.scan_bounded(q, rounded=True)
+    return scan_matrix_bounded(rows, q, rounded=True)
+
+
+def rows_of(rows: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:
+    """Float32 vectors of ``ids`` as the scan read them."""
+    if isinstance(rows, StoredRows):
+        return rows.rows(ids)
+    return np.asarray(rows[np.asarray(ids, dtype=np.int64)], dtype=np.float32)
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-d integer array. numpy's own imports ``numpy.ma`` on first use
+    (~15 ms of a cold query, for two lists of 100 ids)."""
+    out = np.sort(np.asarray(values, dtype=np.int64))
+    return out[np.r_[True, out[1:] != out[:-1]]] if out.size else out

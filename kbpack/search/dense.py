@@ -1,0 +1,213 @@
+"""Dense scoring of every chunk: an exact scan over the chunk vectors and, in packs that have
+them, the piece vectors (``kbpack/index/pieces.py``).
+
+A chunk's dense score is ``(cos(chunk) + w * best) / (1 + w)`` with ``w = PIECE_WEIGHT`` and
+``best`` the highest cosine among the chunk's pieces, or the chunk's own cosine when it has
+none (a chunk of one piece *is* its piece). Dividing by ``1 + w`` keeps the score a cosine's
+scale, so packs with and without pieces score alike. The refusal threshold is still applied
+to the chunk's own cosine distance: the threshold was calibrated on it, and a single matching
+sentence must not make an off-topic chunk look closer than it is.
+
+Vectors are scanned as stored, float16, block by block (``kbpack/pack/vector_scan.py``): neither the
+chunk vectors nor the pieces (~4x as many) are ever held as a float32 matrix.
+
+A query scans every row once, against the query rounded to float16 (``scan_rounded``): each
+score is then within a bound ``error`` of the float32 reference's (``rounding_error``, ~3e-4 for
+384 dims). ``DenseScores.top`` re-scores in float32 every row whose rounded score is within
+``2 * error`` of the n-th best, which holds every row of the exact top n (proof in ``top``), so
+the top n it returns, their order and their scores are the float32 scan's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kbpack.pack.format import PIECE_WEIGHT as PIECE_WEIGHT
+from kbpack.pack.vector_scan import StoredRows, rows_of, scan, scan_rounded, sorted_unique
+
+
+@dataclass(frozen=True)
+class PieceIndex:
+    """Piece vectors grouped by chunk: ``vectors`` rows are ordered by chunk, and the pieces of
+    ``owners[i]`` are rows ``starts[i]:starts[i+1]`` (``starts[-1]`` is the row count)."""
+
+    vectors: np.ndarray | StoredRows  # (n_pieces, dims): a pack's stored rows, or in memory
+    owners: np.ndarray  # int64: chunk rows that have pieces, ascending
+    starts: np.ndarray  # int64: first piece row of each owner
+
+    @classmethod
+    def from_columns(cls, vectors: np.ndarray | StoredRows, chunk: np.ndarray) -> PieceIndex:
+        """From ``/pieces/data`` and ``/pieces/chunk`` (ascending chunk rows)."""
+        chunk = np.asarray(chunk, dtype=np.int64)
+        if chunk.size == 0:
+            return cls(vectors, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        first = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+        return cls(vectors, chunk[first], first)
+
+
+def chunk_scores(
+    chunk_vectors: np.ndarray | StoredRows, q: np.ndarray, pieces: PieceIndex | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(score, cos)`` of every chunk for the unit query vector ``q``: the ranking score and
+    the chunk's own cosine (whose ``1 - cos`` is the distance the refusal gate reads)."""
+    cos = scan(chunk_vectors, q)
+    if pieces is None or pieces.owners.size == 0:
+        return cos, cos
+    best = cos.copy()
+    # reduceat takes the max over each owner's run of consecutive piece rows: one pass
+    best[pieces.owners] = np.maximum.reduceat(scan(pieces.vectors, q), pieces.starts)
+    return (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT), cos
+
+
+def rounded_chunk_scores(
+    chunk_vectors: np.ndarray | StoredRows, q: np.ndarray, pieces: PieceIndex | None
+) -> DenseScores:
+    """``chunk_scores`` in one float16 pass over the rows, each score within ``error`` of the
+    exact one, with what ``DenseScores`` needs to re-score any chunk exactly."""
+    cos, error = scan_rounded(chunk_vectors, q)
+    score = cos
+    if pieces is not None and pieces.owners.size:
+        piece_cos, piece_error = scan_rounded(pieces.vectors, q)
+        error = max(error, piece_error)
+        best = cos.copy()
+        best[pieces.owners] = np.maximum.reduceat(piece_cos, pieces.starts)
+        # |blend - exact| <= (e + w e) / (1 + w) = e: the blend keeps the bound
+        score = (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT)
+    else:
+        cos = cos.copy()  # score and cos are patched apart (the same array without pieces)
+
+    def rescore(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return exact_scores(chunk_vectors, q, pieces, ids, rows_of)
+
+    return DenseScores(score, cos, error, rescore)
+
+
+Rescore = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class DenseScores:
+    """(score, cos) of every chunk for one query: exact (float32, as ``chunk_scores``) on the
+    rows ``exact`` marks, within ``error`` of it on the others. ``rescore(ids)`` gives the
+    exact (score, cos) of chunks ``ids``; ``top`` and ``make_exact`` patch them in."""
+
+    score: np.ndarray
+    cos: np.ndarray
+    error: float
+    rescore: Rescore
+    exact: np.ndarray = field(init=False)
+    _unfiltered: dict[int, np.ndarray] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.exact = np.full(self.score.size, self.error == 0.0)
+
+    @classmethod
+    def concatenate(cls, parts: list[DenseScores], base: np.ndarray) -> DenseScores:
+        """One list of several packs' (a set's): chunk ``i`` of ``parts[j]`` is ``base[j] + i``."""
+
+        def rescore(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            score = np.empty(ids.size, np.float32)
+            cos = np.empty(ids.size, np.float32)
+            which = np.searchsorted(base, ids, side="right") - 1
+            for j, part in enumerate(parts):
+                at = np.flatnonzero(which == j)
+                if at.size:
+                    score[at], cos[at] = part.rescore(ids[at] - base[j])
+            return score, cos
+
+        out = cls(
+            np.concatenate([p.score for p in parts]),
+            np.concatenate([p.cos for p in parts]),
+            max((p.error for p in parts), default=0.0),
+            rescore,
+        )
+        out.exact = np.concatenate([p.exact for p in parts])
+        return out
+
+    def make_exact(self, ids: np.ndarray) -> None:
+        """Replace the scores of chunks ``ids`` with the exact ones (once per chunk)."""
+        ids = sorted_unique(ids)
+        todo = ids[~self.exact[ids]]
+        if todo.size:
+            self.score[todo], self.cos[todo] = self.rescore(todo)
+            self.exact[todo] = True
+
+    def top(self, n: int, mask: np.ndarray | None = None) -> np.ndarray:
+        """Ids of the ``n`` best chunks (within ``mask``), best first, ties by id: the exact
+        scan's, with their exact scores patched in.
+
+        Why it is exact: let ``t`` be the n-th best rounded score. At least n rows have a
+        rounded score >= t, so an exact score >= t - error; so the n-th best exact score ``E``
+        is >= t - error. A row whose exact score is >= E has a rounded score >= E - error >=
+        t - 2 error: it is re-scored. A row left unscored has a rounded score < t - 2 error,
+        so an exact score < t - error <= E, and its rounded score < E as well: it cannot enter
+        the top n, nor tie with its last row.
+        """
+        if mask is None and n in self._unfiltered:  # a search asks again: one pass over 1M saved
+            return self._unfiltered[n]
+        sims = self.score if mask is None else np.where(mask, self.score, -np.inf)
+        m = min(n, int(np.isfinite(sims).sum()))
+        if m == 0:
+            return np.zeros(0, np.int64)
+        if m < sims.size:
+            nth = -np.partition(-sims, m - 1)[m - 1]
+            rows = np.flatnonzero(sims >= nth - 2.0 * self.error)
+        else:
+            rows = np.flatnonzero(np.isfinite(sims))
+        self.make_exact(rows)
+        # every row of the top n is among ``rows``, and every row left out scores below it
+        order = np.lexsort((rows, -self.score[rows]))[:m]
+        if mask is None:
+            self._unfiltered[n] = rows[order]
+        return rows[order]
+
+
+def checked_scores(
+    chunk_vectors: np.ndarray | StoredRows,
+    q: np.ndarray,
+    pieces: PieceIndex | None,
+    ids: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``chunk_scores`` of the chunks ``ids`` alone, from vectors read through HDF5's checksum
+    (float32, numpy): what a search re-scores its results with (``kbpack/pack/vector_scan.py``)."""
+    return exact_scores(chunk_vectors, q, pieces, ids, _checked_rows)
+
+
+def exact_scores(
+    chunk_vectors: np.ndarray | StoredRows,
+    q: np.ndarray,
+    pieces: PieceIndex | None,
+    ids: np.ndarray,
+    read: Callable[[np.ndarray | StoredRows, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``chunk_scores`` of the chunks ``ids`` alone (float32, numpy), their rows read by
+    ``read(vectors, rows)``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    q = np.asarray(q, dtype=np.float32)
+    cos = read(chunk_vectors, ids) @ q
+    if pieces is None or pieces.owners.size == 0:
+        return cos, cos.copy()
+    best = cos.copy()
+    n_pieces = len(pieces.vectors)
+    at = np.searchsorted(pieces.owners, ids)
+    has = at < pieces.owners.size
+    has[has] = pieces.owners[at[has]] == ids[has]
+    if has.any():
+        which = at[has]
+        starts = pieces.starts[which]
+        ends = np.append(pieces.starts, n_pieces)[which + 1]
+        # every owner's piece rows, end to end, and the max over each owner's run
+        runs = np.repeat(starts - np.r_[0, np.cumsum(ends - starts)[:-1]], ends - starts)
+        rows = np.arange(runs.size) + runs
+        piece_cos = read(pieces.vectors, rows) @ q
+        best[has] = np.maximum.reduceat(piece_cos, np.r_[0, np.cumsum(ends - starts)[:-1]])
+    return (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT), cos
+
+
+def _checked_rows(vectors: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:
+    if isinstance(vectors, StoredRows):
+        return vectors.checked_rows(ids)
+    return np.asarray(vectors[ids], dtype=np.float32)
