@@ -56,11 +56,11 @@ def test_a_policy_the_user_chose_wins() -> None:
     assert got["policy"] == "ACTIVE" and got["after"] == "ACTIVE"
 
 
-def test_every_llama_cpp_import_goes_through_kbpack_embed() -> None:
+def test_every_llama_cpp_import_goes_through_kbpack_model_embedder() -> None:
     """The setdefault lives in kbpack/model/embedder.py; a module that imported llama_cpp without
     importing kbpack.model.embedder first could load the library before the variable is set."""
     root = Path(kbpack.__file__).parent
     for path in sorted(root.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
-        if "import llama_cpp" in text and path.name != "embed.py":
+        if "import llama_cpp" in text and path.name != "embedder.py":
             assert "from kbpack.model.embedder import" in text, f"{path} imports llama_cpp directly"
