@@ -12,6 +12,7 @@ from kbpack.answer.grounding import content_words, split_sentences
 
 TOP_PASSAGES = 3  # the sentences of the best few passages compete
 MAX_SENTENCES = 2
+MIN_WORDS = 5  # a heading is no answer
 MAX_QUOTE_CHARS = 400  # a "sentence" of a table or a code block can be a whole page
 
 
@@ -41,7 +42,7 @@ def extract(
     scored: list[tuple[float, int, int, str]] = []
     for n, content in enumerate(passages[:TOP_PASSAGES], 1):
         for i, sentence in enumerate(passage_sentences(content)):
-            if len(sentence) > MAX_QUOTE_CHARS:
+            if len(sentence) > MAX_QUOTE_CHARS or len(sentence.split()) < MIN_WORDS:
                 continue
             shared = len(want & content_words(sentence))
             if shared:
