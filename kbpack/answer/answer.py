@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kbpack.answer.extractive import extract
-from kbpack.answer.generate import ChatModel, load_chat_model
+from kbpack.answer.generate import DEFAULT_CONTEXT, ChatModel, load_chat_model
 from kbpack.answer.grounding import SentenceCheck, check_answer, citations
 
 INSTRUCTIONS = (
@@ -137,7 +137,9 @@ def ask(
         return _extractive(question, list(resp.results), timings, resp.notes)
 
     t1 = time.perf_counter()
-    model = llm if isinstance(llm, ChatModel) else load_chat_model(Path(llm), threads=threads)
+    # the context holds the sources and question (DEFAULT_CONTEXT) and the answer
+    n_ctx = DEFAULT_CONTEXT + max_tokens
+    model = llm if isinstance(llm, ChatModel) else load_chat_model(Path(llm), threads, n_ctx)
     timings["load_s"] = round(time.perf_counter() - t1, 4)
     budget = model.n_ctx - max_tokens - model.count_tokens(INSTRUCTIONS + question) - MARGIN_TOKENS
     sources = fit_sources(resp.results, budget, model.count_tokens)
@@ -213,11 +215,12 @@ def render_text(a: Answer) -> str:
             lines += [f"[{c['n']}] {_where(c)}" for c in a.nearest]
         return "\n".join(lines)
     if a.fallback:
-        why = (
-            "no sentence of the model's answer is supported by the passage it cites"
-            if a.draft is not None
-            else "extractive answer, no model"
-        )
+        if a.draft is not None:
+            why = "no sentence of the model's answer is supported by the passage it cites"
+        elif a.model is not None:
+            why = "no passage fits the model's context"
+        else:
+            why = "extractive answer, no model"
         lines.append(f"From the pack ({why}):")
     for s in a.sentences:
         mark = "" if s.supported else f"  [unsupported: {s.why}]"

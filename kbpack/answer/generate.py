@@ -18,7 +18,8 @@ from kbpack import interrupt
 from kbpack.errors import ModelError, UsageError
 
 SEED = 1234  # fixed: a reproducible answer at any temperature
-# tokens: prompt processing is what the user waits for; 1024 keeps Gemma 3 270M's first token
+# tokens for the instructions, the sources and the question (--max-tokens come on top):
+# prompt processing is what the user waits for, and 1024 keeps Gemma 3 270M's first token
 # near 2 s on 2 cores (bench/RESULTS.md, "Ask")
 DEFAULT_CONTEXT = 1024
 REPEAT_PENALTY = 1.1  # a small model otherwise loops on one line until --max-tokens
