@@ -37,6 +37,7 @@ class Answer:
     model: dict[str, Any] | None = None  # {name, sha256}: None when no model ran
     timings: dict[str, Any] = field(default_factory=dict)
     draft: str | None = None  # the model's text when it was replaced by the fallback
+    draft_sentences: list[SentenceCheck] = field(default_factory=list)  # its checks
     nearest: list[dict[str, Any]] = field(default_factory=list)  # refused, on request only
     notes: list[str] = field(default_factory=list)
 
@@ -57,6 +58,7 @@ class Answer:
             "model": self.model,
             "timings": self.timings,
             "draft": self.draft,
+            "draft_sentences": [s.as_dict() for s in self.draft_sentences],
             "nearest": self.nearest,
             "notes": self.notes,
         }
@@ -163,6 +165,7 @@ def ask(
     if grounding.supported == 0:
         fell = _extractive(question, list(sources), timings, notes, model)
         fell.draft, fell.flagged = gen.text, grounding.flagged
+        fell.draft_sentences = grounding.sentences
         return fell
     return Answer(
         question,
