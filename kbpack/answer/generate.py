@@ -63,8 +63,11 @@ class ChatModel:
     def identity(self) -> dict[str, Any]:
         return {"name": self.name, "sha256": self.sha256, "template": self.template}
 
-    def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0) -> Iterator[str]:
-        """The answer's pieces of text as the model writes them."""
+    def stream(
+        self, prompt: str, max_tokens: int, temperature: float = 0.0
+    ) -> Iterator[tuple[str, str | None]]:
+        """The answer's pieces of text as the model writes them, each with the finish reason
+        (``stop``, ``length``) of the last one, None before it."""
         how = {
             "stream": True,
             "max_tokens": max_tokens,
@@ -85,10 +88,9 @@ class ChatModel:
             interrupt.check()  # a Ctrl-C swallowed inside llama.cpp's log callback
             choice = chunk["choices"][0]
             piece = choice["delta"].get("content") if "delta" in choice else choice.get("text")
-            if piece:
-                yield piece
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
+            finish = choice.get("finish_reason")
+            if piece or finish:
+                yield piece or "", finish
 
     def generate(
         self,
@@ -98,10 +100,12 @@ class ChatModel:
         on_token: Callable[[str], None] | None = None,
     ) -> Generation:
         out = Generation()
-        self._finish: str | None = None
         start = time.perf_counter()
         pieces: list[str] = []
-        for piece in self.stream(prompt, max_tokens, temperature):
+        for piece, finish in self.stream(prompt, max_tokens, temperature):
+            out.finish = finish or out.finish
+            if not piece:
+                continue
             if out.first_token_s is None:
                 out.first_token_s = time.perf_counter() - start
             pieces.append(piece)
@@ -110,7 +114,6 @@ class ChatModel:
                 on_token(piece)
         out.generation_s = time.perf_counter() - start
         out.text = "".join(pieces).strip()
-        out.finish = self._finish
         return out
 
 
