@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import kbpack
-from kbpack import evaluate as E
 from kbpack.answer.answer import ask
 from kbpack.answer.generate import DEFAULT_CONTEXT, load_chat_model
+from kbpack.ops import evaluate as E
 
 ROOT = Path(__file__).resolve().parent.parent
 K = 5

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbpack.cli import main
+from kbpack.cli.main import main
 from kbpack.errors import Exit
 
 ROOT = Path(__file__).parent.parent

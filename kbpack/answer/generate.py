@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbpack import interrupt
 from kbpack.errors import ModelError, UsageError
+from kbpack.runtime import interrupt
 
 SEED = 1234  # fixed: a reproducible answer at any temperature
 # tokens for the instructions, the sources and the question (--max-tokens come on top):
@@ -149,9 +149,9 @@ def load_chat_model(
     """Check, identify (SHA-256) and load a chat GGUF. ModelError if llama.cpp cannot load it."""
     import os
 
-    from kbpack.embed import _last_error, _llama_errors, _silence
-    from kbpack.llama_backend import load_cpu_backend
+    from kbpack.model.embedder import _last_error, _llama_errors, _silence
     from kbpack.model.identity import sha256_file
+    from kbpack.model.llama_backend import load_cpu_backend
 
     meta = check_chat_gguf(path)
     sha = sha256_file(path)

@@ -3,7 +3,7 @@
 A sentence is supported when it cites at least one of the numbered sources ``[n]`` and the
 cited passages, together,
 
-- hold at least ``MIN_SHARE`` of its content words (``kbpack.lexical.tokenize`` terms that are
+- hold at least ``MIN_SHARE`` of its content words (``kbpack.text.analyze.tokenize`` terms that are
   not stopwords, compared by Snowball stem so "rotates" matches "rotate"), and
 - hold every number and identifier of the sentence (CamelCase, snake_case, dotted.names,
   ``--flags``, paths): a number or a name is where a small model invents things, and one wrong
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from kbpack.lexical import normalize, tokenize
-from kbpack.stopwords import STOPWORDS
+from kbpack.text.analyze import normalize, tokenize
+from kbpack.text.stopwords import STOPWORDS
 
 MIN_SHARE = 0.5  # of a sentence's content words its cited passages must hold
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from kbpack.commands.common import emit_json, json_option, quiet_option, threads_option
-from kbpack.commands.query import QueryCommand
+from kbpack.cli.commands.common import emit_json, json_option, quiet_option, threads_option
+from kbpack.cli.commands.query import QueryCommand
 from kbpack.errors import Exit, UsageError
 
 
