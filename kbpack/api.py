@@ -40,6 +40,7 @@ from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 
 if TYPE_CHECKING:
+    from kbpack.answer.answer import Answer
     from kbpack.search.searcher import Searcher, SearchResponse
 
 
@@ -101,6 +102,14 @@ class Pack:
 
     def search(self, query: str, k: int = 5, mode: str = "hybrid", **kw: Any) -> SearchResponse:
         return self.searcher.search(query, k=k, mode=mode, **kw)
+
+    def ask(self, question: str, llm: Any, **kw: Any) -> Answer:
+        """An answer from the chat model ``llm`` (a GGUF path, a loaded
+        ``kbpack.answer.generate.ChatModel``, or None: extractive) with every sentence checked
+        against the passage it cites (``kbpack.answer.answer.ask`` lists the keywords)."""
+        from kbpack.answer.answer import ask
+
+        return ask(self, question, llm, **kw)
 
     def iter_chunk_contents(self) -> Iterator[tuple[int, str]]:
         r = self.reader

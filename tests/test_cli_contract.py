@@ -30,14 +30,15 @@ NO_JSON: set[str] = {"mcp"}
 NO_FORCE = {"keygen"}
 
 # The commands that embed (take --threads) and that show progress (take --quiet).
-THREADS = {"build", "update", "query", "migrate", "eval", "calibrate", "model embed"}
-QUIET = {"build", "update", "query", "migrate", "serve", "merge"}
+THREADS = {"build", "update", "query", "ask", "migrate", "eval", "calibrate", "model embed"}
+QUIET = {"build", "update", "query", "ask", "migrate", "serve", "merge"}
 
 # Arguments that make each command succeed with --json; placeholders are filled by `fill`.
 # None: the command runs until stopped (serve: tests/test_serve.py reads its --json line).
 RUNS: dict[str, list[str] | None] = {
     "build": ["{src}", "-o", "{tmp}/built.kbpack", "--no-vectors"],
     "query": ["{pack}", "ZIP_DEFLATED", "--model", "{model}"],
+    "ask": ["{pack}", "ZIP_DEFLATED", "--model", "{model}", "--extractive"],  # no chat model
     "inspect": ["{pack}"],
     "export": ["{pack}", "--what", "documents"],
     "verify": ["{pack}"],

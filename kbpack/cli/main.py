@@ -57,6 +57,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "export",
         "Dump chunks, sections or documents as JSON lines.",
     ),
+    "ask": (
+        "kbpack.cli.commands.ask",
+        "ask",
+        "Answer from a local chat model; every sentence checked against its citation.",
+    ),
     "verify": (
         "kbpack.cli.commands.verify",
         "verify",
