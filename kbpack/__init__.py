@@ -25,3 +25,21 @@ def open_many(paths: Sequence[str | os.PathLike[str]], **kwargs: Any) -> PackSet
     from kbpack.search.federate import PackSet
 
     return PackSet(paths, **kwargs)
+
+
+# The public types, importable from the package root without importing search at start-up.
+_TYPES = {
+    "Pack": "kbpack.api",
+    "PackSet": "kbpack.search.federate",
+    "Result": "kbpack.search.searcher",
+    "SearchResponse": "kbpack.search.searcher",
+}
+__all__ = ["Pack", "PackSet", "Result", "SearchResponse", "__version__", "open", "open_many"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TYPES:
+        import importlib
+
+        return getattr(importlib.import_module(_TYPES[name]), name)
+    raise AttributeError(f"module 'kbpack' has no attribute {name!r}")

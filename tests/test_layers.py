@@ -74,3 +74,16 @@ def test_no_import_circle_at_module_level() -> None:
 def test_few_loose_modules_at_the_top() -> None:
     loose = sorted(p.name for p in (ROOT / "kbpack").glob("*.py"))
     assert len(loose) <= 12, loose
+
+
+def test_the_public_python_names_keep_working() -> None:
+    """README "Python": the API and its result types, at the root and where they were in 0.2."""
+    import kbpack
+    from kbpack.search import Result, SearchResponse, Searcher
+
+    assert callable(kbpack.open) and callable(kbpack.open_many)
+    assert kbpack.SearchResponse is SearchResponse and kbpack.Result is Result
+    assert (
+        kbpack.Pack.__module__ == "kbpack.api" and Searcher.__module__ == "kbpack.search.searcher"
+    )
+    assert kbpack.PackSet.__name__ == "PackSet"
