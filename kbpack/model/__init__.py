@@ -1,22 +1,30 @@
-"""Embedding models: GGUF identity, the safetensors -> GGUF converter, the default model cache.
+"""Embedding models: GGUF identity, the safetensors -> GGUF converter, the default model cache,
+the llama.cpp embedder and reranker, and which model a pack's dense search uses (``resolve``).
 
-Importing this package is cheap: nothing here imports llama.cpp or gguf at module level.
+Importing this package is cheap: its names load on first use, so ``kbpack.model.early`` (the
+cold query's head start, imported before anything else) does not pay for numpy or the converter.
 """
 
 from __future__ import annotations
 
-from kbpack.model.cache import DEFAULT_MODEL_NAME, INSTALL_HINT, default_model_path
-from kbpack.model.convert import convert_bert
-from kbpack.model.identity import ModelIdentity, identify_gguf, sha256_file
-from kbpack.runtime.cache import cache_dir
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_MODEL_NAME",
-    "INSTALL_HINT",
-    "ModelIdentity",
-    "cache_dir",
-    "convert_bert",
-    "default_model_path",
-    "identify_gguf",
-    "sha256_file",
-]
+_NAMES = {
+    "DEFAULT_MODEL_NAME": "kbpack.model.cache",
+    "INSTALL_HINT": "kbpack.model.cache",
+    "default_model_path": "kbpack.model.cache",
+    "cache_dir": "kbpack.runtime.cache",
+    "convert_bert": "kbpack.model.convert",
+    "ModelIdentity": "kbpack.model.identity",
+    "identify_gguf": "kbpack.model.identity",
+    "sha256_file": "kbpack.model.identity",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'kbpack.model' has no attribute {name!r}")
