@@ -25,6 +25,7 @@ from kbpack.schema import SCHEMA
 from kbpack.serve.guard import Guard
 from kbpack.serve.library import MAX_K, Document, Library, NotFound, check_query
 from kbpack.text.analyze import tokenize
+from kbpack.text.stopwords import STOPWORDS
 from kbpack.version import __version__
 
 
@@ -87,7 +88,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
                 # no pack named: every pack searched as one (a set searcher), when it can be
                 one = form["pack"] or library.federated is not None or len(library.packs) == 1
                 names = [form["pack"] or None] if one else list(library.packs)
-                terms = set(tokenize(form["q"]))
+                terms = content_terms(form["q"])
                 for name in names:
                     resp = library.search(
                         name,
@@ -309,12 +310,20 @@ def shorten(text: str) -> str:
     return flat[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
 
 
+def content_terms(query: str) -> set[str]:
+    """The query's terms worth highlighting: as BM25 tokenises them, without function words."""
+    return {t for t in tokenize(query) if t not in STOPWORDS}
+
+
 def highlight(text: str, terms: set[str]) -> Markup:
-    """``text`` escaped, with the words that match a query term (as BM25 tokenises) in <mark>."""
+    """``text`` escaped, with the whole words that are a query term in <mark>: an identifier is
+    marked when it is itself a term, not because one of its parts is (``gzip.open`` stays
+    unmarked for the query ``gzip``)."""
     out: list[str] = []
     at = 0
     for m in _WORD.finditer(text):
-        if terms & set(tokenize(m.group())):
+        whole = tokenize(m.group())[:1]  # the word as one token comes first
+        if whole and whole[0] in terms:
             out.append(str(escape(text[at : m.start()])))
             out.append(f"<mark>{escape(m.group())}</mark>")
             at = m.end()
