@@ -79,7 +79,7 @@ def test_few_loose_modules_at_the_top() -> None:
 def test_the_public_python_names_keep_working() -> None:
     """README "Python": the API and its result types, at the root and where they were in 0.2."""
     import kbpack
-    from kbpack.search import Result, SearchResponse, Searcher
+    from kbpack.search import Result, Searcher, SearchResponse
 
     assert callable(kbpack.open) and callable(kbpack.open_many)
     assert kbpack.SearchResponse is SearchResponse and kbpack.Result is Result

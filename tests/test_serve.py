@@ -298,7 +298,9 @@ def test_pdf_result_opens_its_page(server: Server, packs: dict[str, Path]) -> No
     import html as html_lib
 
     body = html_lib.unescape(re.sub(r"<[^>]+>", "", page.split('<article class="text">')[1]))
-    assert text[this["from"] : this["to"]].strip()[:200] in body
+    # a PDF's line breaks inside a paragraph read as spaces there (the JSON keeps the text as is)
+    words = " ".join(text[this["from"] : this["to"]].split()[:30])
+    assert words in " ".join(body.split())
     assert len(body) < len(text)
 
 

@@ -331,9 +331,14 @@ def highlight(text: str, terms: set[str]) -> Markup:
     return Markup("".join(out))
 
 
+_FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
+
+
 def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int]) -> Markup:
     """The canonical text in ``view``, escaped, with an anchor at each section start, a marker at
-    each page start and the hit in ``<mark id="hit">``."""
+    each page start and the hit in ``<mark id="hit">``. For reading, not for quoting: Markdown's
+    fenced code shows as code without its fence lines, and a PDF's hard line breaks inside a
+    paragraph show as spaces. Offsets, anchors and the hit are those of the canonical text."""
     lo, hi = view
     marks: dict[int, list[str]] = {}
     for s in doc.sections:
@@ -344,7 +349,8 @@ def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int
             marks.setdefault(p.start, []).append(
                 f'<span class="pagebreak" id="p{p.number}">page {p.number}</span>'
             )
-    cuts = {lo, hi, *marks}
+    fences, code = _code_blocks(doc, lo, hi)
+    cuts = {lo, hi, *marks, *(x for span in fences | code for x in span)}
     if hit:
         cuts |= {max(lo, hit[0]), min(hi, hit[1])}
     points = sorted(c for c in cuts if lo <= c <= hi)
@@ -353,12 +359,59 @@ def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int
         out.extend(marks.get(a, []))
         if b is None:
             break
-        chunk = str(escape(doc.text[a:b]))
+        chunk = str(escape(_for_reading(doc, a, b)))
+        if any(f[0] <= a and b <= f[1] for f in fences):
+            chunk = f'<span class="fence">{chunk}</span>'
+        elif any(c[0] <= a and b <= c[1] for c in code):
+            chunk = f'<code class="block">{chunk}</code>'
         if hit and hit[0] <= a and b <= hit[1] and hit[0] < hit[1]:
             first = a == max(lo, hit[0])
             chunk = f"<mark{' id=hit' if first else ''}>{chunk}</mark>"
         out.append(chunk)
     return Markup("".join(out))
+
+
+def _code_blocks(
+    doc: Document, lo: int, hi: int
+) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """Markdown fenced code in ``[lo, hi)``: the fence lines (with their line ends) and the code
+    between them, as canonical-text spans."""
+    fences: set[tuple[int, int]] = set()
+    code: set[tuple[int, int]] = set()
+    if doc.kind != "markdown":
+        return fences, code
+    for m in _FENCE.finditer(doc.text):
+        if m.end() <= lo or m.start() >= hi:
+            continue
+        open_end = doc.text.index("\n", m.start()) + 1
+        close_start = doc.text.rindex("\n", m.start(), m.end()) + 1
+        close_end = min(m.end() + 1, len(doc.text))  # the closing fence's line end too
+        fences |= {(m.start(), open_end), (close_start, close_end)}
+        if open_end < close_start:
+            code.add((open_end, close_start))
+    return fences, code
+
+
+def _for_reading(doc: Document, a: int, b: int) -> str:
+    """``doc.text[a:b]``, with a PDF's single line breaks (inside a paragraph) as spaces, or as
+    nothing after a hyphen (kept: "well-known" must not become "wellknown"); blank lines and
+    the line breaks next to them stay."""
+    text = doc.text[a:b]
+    if doc.kind != "pdf" or "\n" not in text:
+        return text
+    full = doc.text
+    out: list[str] = []
+    last = a
+    at = full.find("\n", a, b)
+    while at != -1:
+        before, after = full[at - 1 : at], full[at + 1 : at + 2]
+        if before not in ("", "\n") and after not in ("", "\n"):
+            out.append(full[last:at])
+            out.append("" if before == "-" else " ")
+            last = at + 1
+        at = full.find("\n", at + 1, b)
+    out.append(full[last:b])
+    return "".join(out)
 
 
 def document_json(doc: Document, start: int, end: int) -> dict[str, Any]:
