@@ -43,19 +43,33 @@ def debian_like(tmp_path: Path) -> Path:
     return shelf
 
 
-def test_links_to_files_out_of_the_tree_are_read_with_a_note(debian_like: Path) -> None:
+def test_links_out_of_the_input_are_skipped_and_counted(debian_like: Path) -> None:
     found = discover([debian_like])
-    assert [c.name for c in found.candidates] == ["R-admin.html", "R-intro.html"]
-    target = (debian_like / "R-intro.html").resolve()
-    assert found.candidates[1].note == (
-        f"read through a symlink to {target}, outside the input tree"
-    )
-    assert found.links_followed == 2
-    # the linked folder is left out without the option, and the record says which option
-    assert {d.name: d.reason for d in found.records} == {
-        "docs": "symlinked folder outside the input tree; --follow-symlinks reads it"
+    assert found.candidates == []
+    reasons = {d.name: d.reason for d in found.records}
+    assert reasons == {
+        "R-admin.html": "symlink to a file outside the input; --follow-symlinks reads it",
+        "R-intro.html": "symlink to a file outside the input; --follow-symlinks reads it",
+        "docs": "symlinked folder outside the input; --follow-symlinks reads it",
     }
-    assert found.links_not_followed == 1
+    assert found.links_not_followed == 3 and found.links_followed == 0
+    assert all(d.source_sha256 == "" for d in found.records)  # the targets were never read
+
+
+def test_links_into_another_input_root_are_read(debian_like: Path) -> None:
+    real = (debian_like / "R-intro.html").resolve().parent
+    found = discover([debian_like, real])
+    # each file read once (the same real file reached twice is read once)
+    assert [c.name for c in found.candidates] == ["R-admin.html", "R-intro.html"]
+    assert all(c.note == "" for c in found.candidates)
+    assert [d.name for d in found.records] == ["docs"] and found.links_not_followed == 1
+
+
+def test_follow_symlinks_reads_files_out_of_the_tree_with_a_note(debian_like: Path) -> None:
+    found = discover([debian_like], follow_symlinks=True)
+    target = (debian_like / "R-intro.html").resolve()
+    assert found.candidates[1].note == f"read through a symlink to {target}, outside the input"
+    assert found.links_followed == 2
 
 
 def test_follow_symlinks_reads_linked_folders(debian_like: Path) -> None:
@@ -205,7 +219,7 @@ def test_an_empty_build_exits_1_unless_allowed(debian_like: Path, tmp_path: Path
     assert code == 1
     assert err.strip() == (
         f"kbpack: error: {only_linked_folder}: no documents to pack (0 failed, 1 skipped); first: "
-        "docs: symlinked folder outside the input tree; --follow-symlinks reads it; fix the "
+        "docs: symlinked folder outside the input; --follow-symlinks reads it; fix the "
         "sources or pass --allow-empty to write an empty pack"
     )
     assert not out.exists()  # nothing written
@@ -225,19 +239,20 @@ def test_strict_fails_on_skipped_documents_but_not_on_filters(
     debian_like: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "r.kbpack"
-    code, stdout, _ = run("build", str(debian_like), "-o", str(out), "--no-vectors", "--strict")
-    assert code == 1  # the linked folder was skipped
-    assert (
-        "left out     1 symlinked folders outside the tree (--follow-symlinks reads them)" in stdout
-    )
+    args = ("build", str(debian_like), "-o", str(out), "--no-vectors", "--strict")
+    code, stdout, _ = run(*args, "--follow-symlinks", "--exclude", "docs/*")
+    assert code == 0  # the linked files and folder read
     assert "warning  R-intro.html: read through a symlink to" in stdout
-    code, stdout, _ = run(
-        "build", str(debian_like), "-o", str(out), "--no-vectors", "--strict", "--json",
-        "--exclude", "docs",
-    )  # fmt: skip
+    (debian_like / "own.md").write_text("# Own\n\nA file of the tree itself.\n")
+    code, stdout, _ = run(*args)
+    assert code == 1  # the links were skipped
+    assert "left out     3 symlinks outside the input (--follow-symlinks reads them)" in stdout
+    code, stdout, _ = run(*args, "--json", "--exclude", "R-*", "--exclude", "docs")
     report = json.loads(stdout)
     assert code == 0
-    assert (report["filtered"], report["skipped"], report["counts"]["documents_ok"]) == (1, [], 2)
+    assert (report["filtered"], report["skipped"], report["counts"]["documents_ok"]) == (3, [], 1)
+    code, stdout, _ = run(*args[:-1], "--json")
+    assert json.loads(stdout)["outside_input"] == 3
 
 
 def test_discover_is_the_function_whatever_was_imported_first() -> None:
@@ -277,3 +292,30 @@ def test_strict_allows_files_of_unsupported_types_but_not_a_skip_kbpack_could_no
     report = json.loads(stdout)
     assert code == 1, stdout
     assert report["unsupported"] == 3 and len(report["skipped"]) == 4
+
+
+def test_a_link_to_a_secret_outside_the_input_never_reaches_the_pack(tmp_path: Path) -> None:
+    """Issue 30, item 5: ``ln -s /etc/shadow docs/notes.txt`` was stored as an ok document."""
+    secret = write(tmp_path / "home" / "shadow", "root:SECRET-HASH-41c9:19000:0:99999:7:::\n")
+    write(tmp_path / "home" / "keys" / "id.md", "# Key\n\nSECRET-KEY-77ab\n")
+    docs = tmp_path / "docs"
+    write(docs / "guide.md", "# Guide\n\nReset the pump seal alarm.\n")
+    os.symlink(secret, docs / "notes.txt")
+    os.symlink(tmp_path / "home" / "keys", docs / "keys")
+    out = tmp_path / "p.kbpack"
+    code, stdout, _ = run("build", str(docs), "-o", str(out), "--no-vectors", "--json")
+    report = json.loads(stdout)
+    assert code == 0 and report["counts"]["documents_ok"] == 1
+    assert report["outside_input"] == 2
+    assert {s["name"] for s in report["skipped"]} == {"notes.txt", "keys"}
+    data = out.read_bytes()
+    assert b"SECRET-HASH" not in data and b"SECRET-KEY" not in data
+    code, stdout, _ = run("build", str(docs), "-o", str(out), "--no-vectors", "--force")
+    assert "left out     2 symlinks outside the input (--follow-symlinks reads them)" in stdout
+    code, stdout, _ = run(
+        "build", str(docs), "-o", str(out), "--no-vectors", "--json", "--force",
+        "--follow-symlinks",
+    )  # fmt: skip
+    report = json.loads(stdout)
+    assert report["counts"]["documents_ok"] == 3 and report["outside_input"] == 0
+    assert b"SECRET-HASH" in out.read_bytes()  # the user asked for it

@@ -48,13 +48,13 @@ def test_discover_walks_sorted_skips_hidden_and_records_the_rest(tree: Path) -> 
     assert [(c.name, c.kind) for c in candidates] == [
         ("a.txt", "txt"),
         ("b.md", "md"),
-        ("link-out.md", "md"),  # a link to a file is read, with a note (test_discover.py)
         ("sub/deep/c.html", "html"),
     ]
     # link-in.md points at b.md, which is read once under its own name.
     assert {d.name: d.reason for d in skipped} == {
         "broken.md": "broken symlink",
-        "dir-out": "symlinked folder outside the input tree; --follow-symlinks reads it",
+        "dir-out": "symlinked folder outside the input; --follow-symlinks reads it",
+        "link-out.md": "symlink to a file outside the input; --follow-symlinks reads it",
         "sub/image.png": "unsupported type .png",
         "sub/notes.log": "unsupported type .log",
     }

@@ -25,8 +25,7 @@ def left_out(report: Any) -> str:
         parts.append(f"{report.filtered} files by --include/--exclude")
     if report.links_not_followed:
         parts.append(
-            f"{report.links_not_followed} symlinked folders outside the tree "
-            "(--follow-symlinks reads them)"
+            f"{report.links_not_followed} symlinks outside the input (--follow-symlinks reads them)"
         )
     return "; ".join(parts)
 

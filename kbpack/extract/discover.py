@@ -3,11 +3,13 @@ alone, symlinks followed where that is safe and loops recorded instead of follow
 
 Symlinks, the rules (Debian's documentation folders are mostly links, so they matter):
 
-* a link to a file is read (inside or outside the tree); one that leaves the tree leaves a
-  warning on its document naming the target, so the pack says where the text came from;
-* a link to a folder inside the tree is not descended (the folder is read under its own name);
-  one to a folder outside the tree is read only with ``follow_symlinks`` (``--follow-symlinks``,
-  ripgrep's ``-L``), else it is a skipped record that names the option;
+* a link whose target lies inside an input root (any folder or file given) is read: a file
+  as itself, a folder not descended (it is read under its own name);
+* a link whose target lies outside every input root, to a file or a folder, is read only with
+  ``follow_symlinks`` (``--follow-symlinks``, ripgrep's ``-L``), else it is a skipped record
+  that names the option, counted "outside the input", its target never opened: a folder
+  someone else prepared must not carry ``ln -s /etc/shadow notes.txt`` into a pack that then
+  travels (issue 30). A file read so carries a warning naming the target;
 * a link that points back to an enclosing folder, or a chain of links that never ends, is a
   skipped record ("symlink loop"), never followed and never an abort;
 * a folder that cannot be listed (permissions) is a failed record: its files are not silently
@@ -59,8 +61,8 @@ class Discovery:
     candidates: list[Candidate] = field(default_factory=list)
     records: list[Document] = field(default_factory=list)
     filtered: int = 0  # files left out by --include/--exclude: the user's choice, not documents
-    links_not_followed: int = 0  # folders outside the tree behind a link (no --follow-symlinks)
-    links_followed: int = 0  # files outside the tree read through a link
+    links_not_followed: int = 0  # links outside the input not followed (files and folders)
+    links_followed: int = 0  # files outside the input read through a link (--follow-symlinks)
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,13 @@ def _filtered(name: str, include: Sequence[str], exclude: Sequence[str], folder:
     return any(fnmatchcase(name, pattern) for pattern in exclude)
 
 
-def _inside(path: Path, root: Path) -> bool:
+def _inside(path: Path, roots: Sequence[Path]) -> bool:
+    """Whether ``path``'s real target is one of ``roots`` (real paths) or below one."""
     try:
-        path.resolve().relative_to(root)
-        return True
-    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop
+        real = path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop
         return False
+    return any(real == root or real.is_relative_to(root) for root in roots)
 
 
 def _link_problem(e: OSError) -> str:
@@ -123,9 +126,10 @@ def _link_problem(e: OSError) -> str:
 class _Walker:
     """Walks one folder given on the command line; loop-safe with and without following links."""
 
-    def __init__(self, root: Path, follow: bool) -> None:
+    def __init__(self, root: Path, follow: bool, roots: Sequence[Path] = ()) -> None:
         self.root = root
         self.real_root = root.resolve()
+        self.roots = [self.real_root, *roots]  # every input given, resolved
         self.follow = follow
         self.entries: list[_Entry] = []
         self.links_not_followed = 0
@@ -188,11 +192,11 @@ class _Walker:
                 if key in above:
                     reason = "symlink loop: the link points to an enclosing folder"
                     return _Entry(path, name, reason, folder=True)
-                if _inside(path, self.real_root):
+                if _inside(path, [self.real_root]):
                     return None  # read under its own name
-                if not self.follow:
+                if not self.follow and not _inside(path, self.roots):
                     self.links_not_followed += 1
-                    reason = f"symlinked folder outside the input tree; {FOLLOW_OPTION} reads it"
+                    reason = f"symlinked folder outside the input; {FOLLOW_OPTION} reads it"
                     return _Entry(path, name, reason, folder=True)
             if key in visited:
                 return None  # already read under another name (two links to one folder)
@@ -201,9 +205,13 @@ class _Walker:
         if not stat.S_ISREG(info.st_mode):
             return _Entry(path, name, "not a regular file")
         note = ""
-        if link and not _inside(path, self.real_root):
+        if link and not _inside(path, self.roots):
+            if not self.follow:
+                self.links_not_followed += 1
+                reason = f"symlink to a file outside the input; {FOLLOW_OPTION} reads it"
+                return _Entry(path, name, reason)  # not readable: never opened, nor hashed
             self.links_followed += 1
-            note = f"read through a symlink to {path.resolve()}, outside the input tree"
+            note = f"read through a symlink to {path.resolve()}, outside the input"
         return _Entry(path, name, note=note)
 
 
@@ -227,13 +235,17 @@ def discover(
     found = Discovery()
     origin: dict[str, Path] = {}
     seen: set[Path] = set()
+    roots = []
+    for source in sources:
+        with contextlib.suppress(OSError, RuntimeError):
+            roots.append(Path(source).resolve())
     for source in sources:
         source = Path(source)
         if not source.exists():
             raise UsageError(f"{source}: no such file or folder; check the path")
         entries: list[_Entry]
         if source.is_dir():
-            walker = _Walker(source, follow_symlinks)
+            walker = _Walker(source, follow_symlinks, roots)
             entries = sorted(walker.walk(), key=lambda e: e.name)
             found.links_not_followed += walker.links_not_followed
             found.links_followed += walker.links_followed

@@ -272,6 +272,27 @@ def _split(text: str, s: int, e: int, level: int) -> list[tuple[int, int]]:
     return pieces
 
 
+UNIT_WINDOW = 1 << 18  # characters of one unit split into pieces at a time
+
+
+def _windows(text: str, s: int, e: int) -> list[tuple[int, int]]:
+    """[s, e) in runs of about UNIT_WINDOW characters, each cut at a whitespace, so that a
+    sentence of millions of words (a 50 MB one-line file) is packed a window at a time (issue
+    30, found 7). A chunk never spans two windows; a unit under UNIT_WINDOW is chunked exactly
+    as before. A word longer than the window stays whole (``hard_cut`` cuts it)."""
+    out = []
+    while e - s > UNIT_WINDOW:
+        cut = s + UNIT_WINDOW
+        while cut < e and not text[cut].isspace():
+            cut += 1
+        if cut >= e:
+            break
+        out.append((s, cut))
+        s = cut
+    out.append((s, e))
+    return out
+
+
 def _is_glue(ch: str) -> bool:
     """True for characters that belong to the preceding one (combining marks, ZWJ, variation
     selectors): a hard cut never lands just before them."""
@@ -407,6 +428,13 @@ class _Chunker:
 
     def split_unit(self, unit: tuple[int, int], cost: float, level: int) -> None:
         s, e = unit
+        windows = _windows(self.text, s, e) if e - s > UNIT_WINDOW else []
+        if len(windows) > 1:
+            # a span (and a cost) per word of a 1M-word line held 170 MB: split and pack a
+            # huge unit a window at a time, so memory follows the window, not the document
+            for a, b in windows:
+                self.split_unit((a, b), cost * (b - a) / (e - s), level)
+            return
         for lvl in range(level, CHAR):
             pieces = _split(self.text, s, e, lvl)
             if len(pieces) > 1:

@@ -79,14 +79,15 @@ class BuildReport:
     vectors_embedded: int = 0  # chunks that went through the model (the rest were reused)
     pieces_embedded: int = 0  # pieces that went through the model (the rest were reused)
     filtered: int = 0  # files left out by --include/--exclude (not documents)
-    links_not_followed: int = 0  # symlinked folders outside the tree (no --follow-symlinks)
-    links_followed: int = 0  # files outside the tree read through a symlink
+    links_not_followed: int = 0  # symlinks outside the input, skipped (no --follow-symlinks)
+    links_followed: int = 0  # files outside the input read through a symlink
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["path"] = str(self.path)
         d["header_token_share"] = self.header_share
         d["unsupported"] = self.unsupported
+        d["outside_input"] = self.links_not_followed  # the name the summary line uses
         return d
 
     @property
@@ -155,7 +156,8 @@ def _refuse_empty(
     hint = ""
     if found is not None and found.links_not_followed and "--follow-symlinks" not in why:
         hint = (
-            f" ({found.links_not_followed} symlinked folders not followed: pass --follow-symlinks)"
+            f" ({found.links_not_followed} symlinks outside the input not followed: pass "
+            "--follow-symlinks)"
         )
     raise EmptyBuildError(
         f"{where}: no documents to pack ({', '.join(parts)}){why}{hint}; fix the sources or "

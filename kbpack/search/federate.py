@@ -352,12 +352,21 @@ def _incomplete_sets(readers: Sequence[PackReader]) -> list[str]:
             count[str(info["id"])] = int(info.get("count", 0))
     notes = []
     for set_id, indexes in given.items():
-        missing = sorted(set(range(1, count[set_id] + 1)) - indexes)
-        if missing:
-            notes.append(
-                f"pack set {set_id}: members {', '.join(f'{i:03d}' for i in missing)} of "
-                f"{count[set_id]} were not given; their documents are not searched"
-            )
+        # bounded by the members given, not by the count they claim (issue 30, found 7)
+        given_in = {i for i in indexes if 1 <= i <= count[set_id]}
+        n_missing = count[set_id] - len(given_in)
+        if n_missing <= 0:
+            continue
+        top = min(count[set_id], len(given_in) + 10)
+        first = [i for i in range(1, top + 1) if i not in given_in][:10]
+        listed = ", ".join(f"{i:03d}" for i in first) + (", ..." if n_missing > 10 else "")
+        notes.append(
+            f"pack set {set_id}: members {listed} ({n_missing}) of {count[set_id]} were not "
+            "given; their documents are not searched"
+            if n_missing > 10
+            else f"pack set {set_id}: members {listed} of {count[set_id]} were not given; "
+            "their documents are not searched"
+        )
     return notes
 
 

@@ -76,7 +76,7 @@ def build_options(f: Any) -> Any:
         click.option(
             "--follow-symlinks",
             is_flag=True,
-            help="Also read folders outside the input tree that symlinks point to (loop-safe).",
+            help="Also read files and folders outside the input that symlinks point to (loop-safe).",
         ),
         click.option(
             "--max-chars",
