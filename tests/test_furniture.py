@@ -188,3 +188,25 @@ def test_build_reports_the_repeated_blocks(tmp_path: Path, tiny_model: Path) -> 
     assert json.loads(r.output)["repeated_blocks"] == 6
     r = CliRunner().invoke(cli, ["verify", str(out)])
     assert r.exit_code == 0, r.output
+
+
+def test_pieces_of_fenced_code_are_never_dropped(tmp_path: Path) -> None:
+    """click's docs open many examples with the same lines, then a blank line, inside one
+    fence: those lines repeat across the folder but are code, not furniture."""
+    from kbpack.extract import discover, extract_all
+    from kbpack.extract.repeated import RepeatedBlocks
+
+    root = tmp_path / "md"
+    root.mkdir()
+    for i in range(4):
+        (root / f"d{i}.md").write_text(
+            f"# Doc {i}\n\nText {i}.\n\n```{{eval-rst}}\n.. click:example::\n\n    def f{i}():\n"
+            "        pass\n```\n\nEdit this page on GitHub\n",
+            encoding="utf-8",
+        )
+    found = discover([root], (), (), False)
+    dropped = RepeatedBlocks()
+    after = list(dropped(extract_all(found.candidates)))
+    assert dropped.removed == 4  # the footer only
+    for doc in after:
+        assert ".. click:example::" in doc.text and "Edit this page" not in doc.text

@@ -3,7 +3,7 @@ bar that no class name marks) are furniture, not content: dropped before chunkin
 
 The rule: within a run of consecutive documents of one source folder (discovery yields a
 folder's files together), a block -- a run of non-empty lines, the unit the extractors
-separate by a blank line -- whose normalised text (case folded, white space collapsed) occurs
+separate by a blank line, never a piece of fenced code -- whose normalised text (case folded, white space collapsed) occurs
 in at least ``SHARE`` of the run's extracted documents, and in at least ``MIN_DOCUMENTS`` of
 them, is removed from each. A heading block (a section's start) is never removed: "OPTIONS"
 heads every man page. The canonical text is what remains: whole blocks go with one of their
@@ -23,16 +23,39 @@ from kbpack.text.document import Document, Page, Section
 SHARE = 0.5
 MIN_DOCUMENTS = 3
 _BLOCK = re.compile(r"[^\n]+(?:\n[^\n]+)*")
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*$", re.MULTILINE)
 
 
 def _key(block: str) -> str:
     return " ".join(block.casefold().split())
 
 
+def _fenced(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each fenced code region (```` ``` ```` or ``~~~`` lines, as Markdown
+    writes them and the HTML extractor writes ``<pre>``): blank lines inside do not end it."""
+    out: list[tuple[int, int]] = []
+    opened: tuple[int, str] | None = None
+    for m in _FENCE.finditer(text):
+        if opened is None:
+            opened = (m.start(), m.group(1)[0])
+        elif m.group(1)[0] == opened[1]:
+            out.append((opened[0], m.end()))
+            opened = None
+    if opened is not None:
+        out.append((opened[0], len(text)))
+    return out
+
+
 def _blocks(doc: Document) -> list[tuple[int, int]]:
-    """[start, end) of each block of ``doc`` that may be removed (headings may not)."""
+    """[start, end) of each block of ``doc`` that may be removed: not a heading, and not a
+    piece of fenced code (its lines split by a blank line are no blocks of their own)."""
     heads = {s.start for s in doc.sections[1:]}
-    return [(m.start(), m.end()) for m in _BLOCK.finditer(doc.text) if m.start() not in heads]
+    fences = _fenced(doc.text)
+    return [
+        (m.start(), m.end())
+        for m in _BLOCK.finditer(doc.text)
+        if m.start() not in heads and not any(a < m.end() and m.start() < b for a, b in fences)
+    ]
 
 
 class RepeatedBlocks:
