@@ -130,7 +130,7 @@ def test_docx_with_text_only_in_tables_is_not_empty() -> None:
 def test_html_drops_navigation_and_scripts_keeps_headings_lists_tables() -> None:
     doc = extract("sqlite/datatype3.html")
     assert doc.extractor == "html/kbpack" and doc.decoding == "utf-8"
-    assert doc.title == "1. Datatypes In SQLite"  # the first h1
+    assert doc.title == "Datatypes In SQLite"  # <title>: the first h1 is numbered ("1. ...")
     for noise in ("toggle_div", "getElementById", "Search Documentation", "Purchase"):
         assert noise not in doc.text
     assert "- NULL. The value is a NULL value." in doc.text.split("\n")

@@ -181,20 +181,25 @@ def test_rerank_top_limits_what_is_scored(pack: Path, cross_encoder: Path) -> No
 
 
 def test_refusal_stays_on_first_stage_scores(pack: Path, cross_encoder: Path) -> None:
-    """At a threshold that refuses some chunks, the reranker sees only those that pass: the
-    answered set is the first stage's, whatever the cross-encoder thinks of the others."""
+    """Whether the query is answered, and which chunks are listed, is the first stage's
+    decision, whatever the cross-encoder thinks: refusal decides per query (issue 32), so a
+    threshold that three chunks pass answers with the first stage's top k, and one that none
+    passes refuses with and without the reranker."""
     import json
 
     q = "rotate logs"
     _, everything = query(pack, q, "--mode", "dense", "-k", "20")
     distances = sorted(r["distance"] for r in everything["results"])
-    cut = str((distances[2] + distances[3]) / 2)  # three chunks pass
-    base = ("query", str(pack), q, "--mode", "dense", "-k", "20", "--json", "--max-distance", cut)
-    base += ("--model", str(pack.parent / "wide.gguf"))
-    _, plain, _ = run(*base)
-    _, ranked, _ = run(*base, "--rerank", str(cross_encoder))
-    chunks = [{r["chunk"] for r in json.loads(out)["results"]} for out in (plain, ranked)]
-    assert len(chunks[0]) == 3 and chunks[0] == chunks[1]
+    for cut, answered in (((distances[2] + distances[3]) / 2, True), (distances[0] / 2, False)):
+        base = ("query", str(pack), q, "--mode", "dense", "-k", "20", "--json")
+        base += ("--max-distance", str(cut), "--model", str(pack.parent / "wide.gguf"))
+        _, plain, _ = run(*base)
+        _, ranked, _ = run(*base, "--rerank", str(cross_encoder))
+        docs = [json.loads(out) for out in (plain, ranked)]
+        chunks = [{r["chunk"] for r in d["results"]} for d in docs]
+        assert [d["answered"] for d in docs] == [answered, answered]
+        assert chunks[0] == chunks[1]
+        assert len(chunks[0]) == (len(everything["results"]) if answered else 0)
 
 
 def test_rerank_with_an_embedding_model_is_one_line_exit_1(pack: Path, tiny_model: Path) -> None:

@@ -49,6 +49,11 @@ def render_report(report: Any) -> str:
             + (f" ({report.unsupported} of unsupported types)" if report.unsupported else ""),
         ),
         ("sections", c["sections"]),
+        *(
+            [("repeated", f"{report.repeated_blocks} blocks repeated across a folder, dropped")]
+            if getattr(report, "repeated_blocks", 0)
+            else []
+        ),
         ("chunks", c["chunks"]),
         (
             "vectors",

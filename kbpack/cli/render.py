@@ -21,7 +21,7 @@ def render(resp: Any, full: bool = False) -> str:
             line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{safe(resp.query)}"'
         else:
             line = f'NO ANSWER: no chunk matches any term of "{safe(resp.query)}"'
-        return "\n".join([*head, line, *did_you_mean(resp), *tail])
+        return "\n".join([*head, line, *not_in_pack(resp), *did_you_mean(resp), *tail])
     out = list(head)
     for r in resp.results:
         dist = "-" if r.distance is None else f"{r.distance:.3f}"
@@ -35,9 +35,17 @@ def render(resp: Any, full: bool = False) -> str:
         out.append(textwrap.indent(quote(r.content, None if full else QUOTE_CHARS), "    "))
         if r.also:
             out.append(f"    also at: {safe(', '.join(r.also))}")
+    out.extend(not_in_pack(resp))
     out.extend(did_you_mean(resp))
     out.extend(tail)
     return "\n".join(out)
+
+
+def not_in_pack(resp: Any) -> list[str]:
+    """The query's words the pack never mentions (rare in the language: names, products), said
+    even when results are shown: they may answer another question than the one asked."""
+    words = getattr(resp, "not_in_pack", [])
+    return [f"not in this pack: {safe(', '.join(words))}"] if words else []
 
 
 def did_you_mean(resp: Any) -> list[str]:

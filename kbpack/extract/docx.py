@@ -31,7 +31,7 @@ from typing import Any
 from kbpack.errors import ExtractionError
 from kbpack.extract.common import human_bytes
 from kbpack.extract.limits import Limits
-from kbpack.extract.structure import TextBuilder, build_sections
+from kbpack.extract.structure import TextBuilder, build_sections, heading_text
 from kbpack.text.canonical import one_line
 from kbpack.text.document import Document
 
@@ -252,7 +252,7 @@ def extract_docx(data: bytes, doc: Document, limits: Limits) -> Document:
             level = int(heading.group(1)) if heading else 1
             builder.add_heading(level, one_line(text))
             if not heading and styled_title is None:
-                styled_title = one_line(text)
+                styled_title = heading_text(one_line(text))
             after_item = False
         elif _is_list(block, style):
             builder.add("- " + one_line(text), separator="\n" if after_item else "\n\n")

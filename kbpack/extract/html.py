@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from kbpack.extract.structure import TextBuilder
+from kbpack.extract.structure import TextBuilder, heading_text
 from kbpack.text.canonical import one_line
 
 _SKIP_TAGS = {
@@ -48,7 +48,27 @@ _SKIP_CLASSES = {
     "headerlink", "copiable-anchor", "related", "sphinxsidebar", "sphinxsidebarwrapper", "footer", "header",
     "nav-panel", "contents", "contents-heading", "shortcontents", "shortcontents-heading",
     "indextable", "genindextable", "genindex-jumpbox", "toctree-wrapper", "index-entries",
+    # DocBook: the "Prev | Up | Next" bars, tables of contents and lists of tables/figures
+    "navheader", "navfooter", "toc", "list-of-tables", "list-of-figures", "list-of-examples",
+    # Javadoc: the navigation bars, old (topNav, bottomNav, subNav) and new (top-nav...)
+    "topnav", "bottomnav", "subnav", "top-nav", "bottom-nav", "sub-nav",
 }  # fmt: skip
+# Admonitions (DocBook div.note..., Sphinx div.admonition): a heading or Sphinx's
+# p.admonition-title inside one is the admonition's label, kept as text ("Note: ..."), never a
+# section heading that would swallow the text after the admonition.
+_ADMONITIONS = {
+    "admonition", "note", "tip", "caution", "warning", "important", "attention", "danger",
+    "hint", "seealso",
+}  # fmt: skip
+_ADMONITION_TITLE = "admonition-title"
+# A first heading that says nothing of the page: numbered ("1. Overview", "21.5."), or one of
+# the words a generator or an author puts first on many pages; the page's <title> says more.
+_NUMBERED = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)*\.?|[A-Z](?:\.[0-9]+)*\.)\s")
+_GENERIC_TITLES = {
+    "overview", "introduction", "contents", "table of contents", "index", "preface",
+    "abstract", "summary", "name", "synopsis", "description", "home", "untitled", "about",
+}  # fmt: skip
+
 _INDEX_TABLE = re.compile(r"^index-[a-z]{2,3}$")  # Texinfo's index tables: index-cp, index-fn...
 # Elements deeper than this are read as inline text of the deepest one: unclosed nesting
 # (1,000 <ul><li> in a row) then costs linear time and adds no indentation past this depth.
@@ -101,6 +121,10 @@ class _Extractor(HTMLParser):
         self.page_title: list[str] = []
         self.in_title = False
         self.first_h1: str | None = None
+        # stack depths of the open admonitions and of an open admonition-title paragraph
+        self.admonitions: list[int] = []
+        self.label_at: int | None = None
+        self.label: str | None = None  # an admonition's label, waiting for its first block
 
     def parse_html_declaration(self, i: int) -> int:
         """``<![WORD[`` with a word Python's parser does not know raises AssertionError there
@@ -151,6 +175,11 @@ class _Extractor(HTMLParser):
         if self.skipping:
             return
         self._open(tag)
+        classes = set((dict(attrs).get("class") or "").lower().split())
+        if tag in ("div", "aside", "section") and classes & _ADMONITIONS:
+            self.admonitions.append(len(self.stack))
+        elif tag == "p" and _ADMONITION_TITLE in classes and self.admonitions:
+            self.label_at = len(self.stack)
 
     def skipping_outside_head(self) -> bool:
         # <title> lives in <head>, which is skipped as a whole; read it anyway.
@@ -167,9 +196,18 @@ class _Extractor(HTMLParser):
         if tag in _VOID or not any(open_tag == tag for open_tag, _ in self.stack):
             return  # a stray end tag: ignore, as browsers do
         while self.stack:
+            depth = len(self.stack)
             open_tag, noise = self.stack.pop()
             if not self.skipping:
+                if depth == self.label_at:
+                    self.label_at = None
+                    self.label = " ".join(self._inline_text().split()) or None
                 self._close(open_tag)
+            if self.admonitions and self.admonitions[-1] == depth:
+                self.admonitions.pop()
+                self._flush()
+                if self.label is not None:  # a label with nothing after it: a line of its own
+                    self._add(self._labelled(""))
             if noise:
                 self.skipping -= 1
             if open_tag == tag:
@@ -223,6 +261,8 @@ class _Extractor(HTMLParser):
         if not text.strip():
             return
         if self.in_item:
+            if self.label is not None:
+                self.out.add(self._labelled(""))
             depth = min(max(len(self.lists), 1) - 1, MAX_LIST_INDENT)
             line = "  " * depth + "- " + " ".join(text.split())
             self.out.add(line, separator="\n" if self.after_item else "\n\n")
@@ -246,8 +286,21 @@ class _Extractor(HTMLParser):
         self._add(f"{fence}\n{text.strip(chr(10))}\n{fence}")
 
     def _add(self, block: str) -> None:
+        if self.label is not None:
+            fence = block.startswith("```")
+            self.out.add(self._labelled("" if fence else block))
+            if not fence:
+                self.after_item = False
+                return
         self.out.add(block)
         self.after_item = False
+
+    def _labelled(self, block: str) -> str:
+        """``block`` after the pending admonition label ("Note: block"); clears the label."""
+        label, self.label = (self.label or "").strip(), None
+        if not label.endswith(":"):
+            label += ":"
+        return f"{label} {block}".rstrip()
 
     def _open(self, tag: str) -> None:
         in_cell = bool(self.tables) and self.tables[-1].cell is not None
@@ -313,6 +366,10 @@ class _Extractor(HTMLParser):
     def heading_done(self, title: str) -> None:
         level = self.heading or 1
         self.heading = None
+        title = heading_text(title)
+        if title and self.admonitions:
+            self.label = title  # "Note", "Tip": the admonition's label, not a section
+            return
         if title:
             self.out.add_heading(level, title)
             self.after_item = False
@@ -331,5 +388,14 @@ def extract_html(html: str) -> tuple[TextBuilder, str | None]:
     parser = _Extractor()
     parser.feed(html)
     parser.close()
-    title = parser.first_h1 or one_line("".join(parser.page_title)) or None
+    page_title = one_line("".join(parser.page_title)) or None
+    title = parser.first_h1 or page_title
+    if page_title and parser.first_h1 and says_nothing(parser.first_h1):
+        title = page_title
     return parser.out, title
+
+
+def says_nothing(heading: str) -> bool:
+    """A heading that does not name its page: numbered ("1. Overview", "21.5. Password
+    Authentication": the number belongs to the manual, not to the page) or generic."""
+    return bool(_NUMBERED.match(heading)) or heading.strip(" .:").casefold() in _GENERIC_TITLES

@@ -8,12 +8,22 @@ not compose across a newline.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kbpack.text.canonical import canonicalize, one_line
 from kbpack.text.document import Section
 
 MAX_LEVEL = 9
+
+# Private-use code points in a heading are icon-font glyphs (U+F0C1, a permalink chain, in
+# LibreOffice's DOCX and in HTML themes): no reader sees a word in them, dropped from headings.
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
+
+
+def heading_text(title: str) -> str:
+    """A heading's words: private-use code points dropped, white space collapsed."""
+    return " ".join(_PRIVATE_USE.sub("", title).split())
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,9 @@ class TextBuilder:
         return start, self._length
 
     def add_heading(self, level: int, title: str) -> tuple[int, int] | None:
-        """Append a heading block and remember it as the start of a section."""
+        """Append a heading block and remember it as the start of a section (private-use
+        glyphs dropped: ``heading_text``)."""
+        title = heading_text(title)
         span = self.add(title)
         if span is not None:
             level = min(max(level, 1), MAX_LEVEL)

@@ -20,6 +20,7 @@ from kbpack.errors import KbpackError
 from kbpack.extract import Limits, discover, extract_all
 from kbpack.extract.common import is_unsupported
 from kbpack.extract.discover import Discovery
+from kbpack.extract.repeated import RepeatedBlocks
 from kbpack.index.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
 from kbpack.index.pieces import Piece, piece_texts, pieces_of
 from kbpack.index.postings import PostingsBuilder
@@ -81,6 +82,8 @@ class BuildReport:
     filtered: int = 0  # files left out by --include/--exclude (not documents)
     links_not_followed: int = 0  # symlinks outside the input, skipped (no --follow-symlinks)
     links_followed: int = 0  # files outside the input read through a symlink
+    # blocks dropped as repeated across a folder's documents (kbpack/extract/repeated.py)
+    repeated_blocks: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -129,11 +132,14 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     if opts.shard is not None:
         found.candidates = [c for c in found.candidates if in_shard(c.name, opts.shard)]
         found.records = [d for d in found.records if in_shard(d.name, opts.shard)]
-    documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
+    # a folder's banners and footers go before chunking (kbpack/extract/repeated.py)
+    repeated = RepeatedBlocks()
+    documents = repeated(_with_skipped(found.records, extract_all(found.candidates, opts.limits)))
     total = len(found.candidates) + len(found.records)
     if progress is not None:  # the ETA's denominator
         progress.source_bytes_total = sum(_size(c.path) for c in found.candidates)
     report = build_from(documents, total, opts, progress, found=found)
+    report.repeated_blocks = repeated.removed
     return report
 
 

@@ -80,6 +80,10 @@ class SetSearcher(Searcher):
         i = int(np.searchsorted(self.base, chunk, side="right")) - 1
         return i, int(chunk - self.base[i])
 
+    def _answerer(self, chunk: int) -> int:
+        """Each pack answers a query or not by its own threshold (``Searcher.search``)."""
+        return self.locate(chunk)[0]
+
     def n_chunks(self) -> int:
         return int(self.base[-1])
 

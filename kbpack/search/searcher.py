@@ -5,7 +5,10 @@ Fusion (``kbpack.search.fusion``, README "Query"): over the dense top 100 union 
 ``0.8 * minmax(cos) + 0.2 * bm25 / max bm25``. ``rrf`` stays here for bench/fusion.py, which
 measures the rule against the reciprocal-rank rules it replaced.
 
-Refusal gate: a result is good enough when its cosine distance is at most the threshold; in
+Refusal gate, per query: the pack answers when some candidate is evidence of an answer and no
+query word is one the pack never mentions (``kbpack.search.absent``: then the nearest chunk
+must be within ``NEAR_DISTANCE``); an answered query lists the top k of the ranking. A
+candidate is evidence when its cosine distance is at most the threshold; in
 hybrid mode a chunk may also pass on lexical evidence (``IdentifierGate``): it holds every
 code-like query term, one of them is rare in the pack, and the query's content words it holds
 carry at least half of the query's IDF weight. A year or an acronym alone ("who won the world
@@ -31,6 +34,7 @@ from kbpack.pack import format as F
 from kbpack.pack.bm25_store import TermLookup
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.pack.vector_scan import simsimd_module, sorted_unique
+from kbpack.search.absent import NEAR_DISTANCE, absent_words
 from kbpack.search.bm25 import BM25Index, accumulate, length_norms, read_term_lists
 from kbpack.search.bm25_top import Term, scores_at, top_k_exact
 from kbpack.search.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
@@ -109,6 +113,8 @@ class SearchResponse:
     suggestions: list[Suggestion] = field(
         default_factory=list
     )  # "did you mean" (kbpack.search.typos)
+    # query words the pack never mentions that are rare in the query's language (search/absent.py)
+    not_in_pack: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +126,7 @@ class SearchResponse:
             "lexical_only": self.lexical_only,
             "fusion": self.fusion,
             "suggestions": [x.as_dict() for x in self.suggestions],
+            "not_in_pack": list(self.not_in_pack),
             "notes": self.notes,
         }
 
@@ -237,6 +244,9 @@ class Searcher:
         # False: ignore the pack's stored copy groups (/copies) and collapse identical words
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
+        # False: words the pack never mentions are reported but refuse nothing (bench/refusal.py's
+        # paired comparison); set before the first query
+        self.use_absent = True
         self._dense_cache: tuple[str, DenseScores] | None = None
         self._indptr: np.ndarray | None = None  # /bm25/indptr, checked (``indptr``)
         self._ahead: ModelLoad | None = None  # the finished load, holding the query it embedded
@@ -527,6 +537,7 @@ class Searcher:
         words = set(analyzed_content_terms(query, self.analyzer_name))
         foreign = foreign_query(query)
         suggestions = self.spelling(query)
+        not_in_pack = self.absent_words(query)
         if mode != "bm25":
             self._read_ahead()
 
@@ -561,9 +572,8 @@ class Searcher:
         distances = None if sims is None else self.dense_distances(query)
         dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
 
-        def passes(c: int) -> bool:
-            if not refuse:
-                return True
+        def evidence(c: int) -> bool:
+            """``c`` on its own says the pack answers the query (the per-chunk rules)."""
             if mode_used == "bm25":
                 return c in bm_rank and self._holds_any(c, words)
             limit = threshold if max_distance is not None else self._threshold(c)
@@ -571,6 +581,26 @@ class Searcher:
             if near and (not foreign or self._holds_any(c, words)):
                 return True
             return gate is not None and self._gate_opens(c, gate)
+
+        # Refusal decides per query (issue 32): a pack answers the query when one of its
+        # candidates is evidence of an answer and no query word says the pack is about something
+        # else; then the ranking decides what is shown, so an exact lexical match is never hidden
+        # by its own distance. Where distance is no evidence (bm25 mode: a chunk sharing only
+        # "the"; a query in a language the model does not read) each result needs its content
+        # word. Several packs searched as one: each pack answers or not by its own threshold.
+        answering: set[int] = set()
+        if refuse and not (self.use_absent and self._absent_vetoes(not_in_pack, dist)):
+            for c, _ in ordered:
+                who = self._answerer(c)
+                if who not in answering and evidence(c):
+                    answering.add(who)
+
+        def passes(c: int) -> bool:
+            if not refuse:
+                return True
+            if self._answerer(c) not in answering:
+                return False
+            return evidence(c) if (mode_used == "bm25" or foreign) else True
 
         top = 0
         if self.reranker is not None:
@@ -628,7 +658,24 @@ class Searcher:
             notes=notes,
             fusion=FUSION_RULE if mode_used == "hybrid" else None,
             suggestions=suggestions,
+            not_in_pack=not_in_pack,
         )
+
+    def absent_words(self, query: str) -> list[str]:
+        """The query's words this pack never mentions that are rare in the query's language
+        (``kbpack.search.absent``)."""
+        terms = analyzer(self.analyzer_name).terms
+        return absent_words(query, lambda w: any(self.doc_freq(t) > 0 for t in terms(w)))
+
+    def _answerer(self, chunk: int) -> int:
+        """Which pack decides whether ``chunk`` may be shown (a set: the chunk's own)."""
+        return 0
+
+    @staticmethod
+    def _absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
+        """A word the pack never mentions refuses the query unless some candidate is at most
+        ``NEAR_DISTANCE`` from it (none is, without distances: bm25 mode)."""
+        return bool(not_in_pack) and min(dist.values(), default=2.0) > NEAR_DISTANCE
 
     def _read_ahead(self) -> None:
         """While the model loads in a worker thread: what the dense scan and the citations

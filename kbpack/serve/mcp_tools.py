@@ -38,7 +38,8 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
             "description": (
                 "Search the knowledge packs. Returns passages with citations: doc, section, "
                 "locator (doc#char=from,to, PDFs #page=N&char=...), distance, content. "
-                "'answered' is false when nothing is close enough: then say the packs do not say."
+                "'answered' is false when nothing is close enough: then say the packs do not say. "
+                "'not_in_pack' lists query words (names, products) the packs never mention."
             ),
             "schema": {
                 "type": "object",

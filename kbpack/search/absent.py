@@ -1,0 +1,88 @@
+""" "The pack never mentions X": query words that no chunk holds and that are rare in the
+query's language, the mark of a question about a neighbouring tool or product (issue 32).
+
+The rule (README "Refusal", spec/JSON.md ``not_in_pack``), applied to each word of the query
+as typed (split on white space; quotes and brackets stripped from both ends, sentence
+punctuation from the end, then a possessive ``'s``):
+
+1. the word is letters only (``str.isalpha``): numbers, dates, versions (``boto3``) and
+   identifiers with joiners (``gzip.BadGzipFile``, ``systemd-nspawn``) never count: they are
+   the identifier gate's business, and a typed identifier is often the user's own;
+2. no term the pack's analyzer makes of it is in the pack's BM25 vocabulary;
+3. its Zipf frequency (``wordfreq``: log10 of occurrences per billion words) in the query's
+   language is below ``RARE_ZIPF`` (2: about once in 10 million words). The query's language
+   is the one of ``LANGUAGES`` whose Zipf values, summed over the query's letters-only words,
+   are highest (English on a tie);
+4. a CamelCase word (a lower-case letter followed by an upper-case one: GitLab, MaxRetries)
+   counts only when the frequency lists know it at all (Zipf > 0 in that language): GitLab
+   and MariaDB are names people write about; a compound no list has seen (MaxRetries,
+   myConfigLoader) is more likely the user's own identifier (a setting, a class) in a question
+   the pack can answer.
+
+Why a frequency list and not the pack alone: most query words a pack lacks are ordinary words
+("speedup", "codebase") that the pack phrases otherwise; a word rare in the whole language and
+absent from the pack is a name (Kubernetes' "liveness", httpie, Bazel, zsh) the pack does not
+cover. ``wordfreq`` is maintained frequency data for 40+ languages, not a hand-made list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+RARE_ZIPF = 2.0
+LANGUAGES = ("en", "it")  # the first wins a tie
+# the refusal rule: a query with such a word is refused unless its nearest chunk is at most this
+# cosine distance away (the lead measured on the independent sets; README "Refusal")
+NEAR_DISTANCE = 0.45
+
+# sentence punctuation around a word; a leading "." "-" "$" "%" "@" "#" is part of what was
+# typed (.gitignore, --verbose, $HOME): the word is then no letters-only word
+_EDGE = re.compile(r"^[\"'`(\[{<“‘«]+|[\"'`)\]}>,;:!?.…”’»]+$")
+_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
+_CAMEL = re.compile(r"[a-z][A-Z]")
+
+
+def _zipf(word: str, lang: str) -> float:
+    from wordfreq import zipf_frequency  # loads one language's list on first use
+
+    return float(zipf_frequency(word, lang))
+
+
+def letter_words(query: str) -> list[str]:
+    """The query's letters-only words as typed, in order, each once (rule 1)."""
+    out: dict[str, None] = {}
+    for raw in query.split():
+        word = _POSSESSIVE.sub("", _EDGE.sub("", raw))
+        if word.isalpha():
+            out.setdefault(word, None)
+    return list(out)
+
+
+def language(words: Sequence[str]) -> str:
+    """The query's language: the one of ``LANGUAGES`` whose Zipf values over ``words`` sum
+    highest (the first on a tie)."""
+    best, best_sum = LANGUAGES[0], -1.0
+    for lang in LANGUAGES:
+        total = sum(_zipf(w, lang) for w in words)
+        if total > best_sum:
+            best, best_sum = lang, total
+    return best
+
+
+def absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
+    """The query's words, as typed, that the pack never mentions and that are rare in the
+    query's language (the rule above). ``in_pack(word)``: some chunk holds a term the pack's
+    analyzer makes of ``word``."""
+    words = letter_words(query)
+    if not words:
+        return []
+    lang = language(words)
+    out = []
+    for word in words:
+        z = _zipf(word, lang)
+        if z >= RARE_ZIPF or (_CAMEL.search(word) and z <= 0.0):
+            continue
+        if not in_pack(word):
+            out.append(word)
+    return out
