@@ -223,9 +223,9 @@ def test_build_progress_counts_every_token_the_model_reads(
     read: list[int] = []
     real = Embedder.embed_tokens
 
-    def counting(self: Embedder, tokenized: Any) -> np.ndarray:
+    def counting(self: Embedder, tokenized: Any, *rest: Any) -> np.ndarray:
         read.append(sum(map(len, tokenized)))
-        return real(self, tokenized)
+        return real(self, tokenized, *rest)
 
     monkeypatch.setattr(Embedder, "embed_tokens", counting)
     opts = BuildOptions(

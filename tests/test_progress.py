@@ -50,14 +50,54 @@ def test_eta_from_tokens_counts_down(monkeypatch: pytest.MonkeyPatch) -> None:
     term = Terminal()
     p = Progress(stream=term, tick_s=3600)
     p.source_bytes_total = 1000
-    clock[0] += 10  # ten seconds into the build (no sleeping in tests)
     p.building(1, 4, 250, chunks=0)
     p.embedding(texts=10, tokens=500)
+    for _ in range(5):  # five decode batches of 50 tokens, one a second
+        clock[0] += 1
+        p.embedded(texts=1, tokens=50)
     p._last = 0.0  # past the redraw throttle (10 per second)
+    p.embedded(texts=0, tokens=0)
+    # inside the one call: half its texts' tokens are done, and the line says so
+    assert "embedding 5/10 texts (250/500 tokens)" in draws(term)[-1]
+    # left: 250 tokens of this call + 500 tokens per 250 bytes x 750 bytes, at 50 tokens/s
+    assert "ETA ~35s" in draws(term)[-1], draws(term)[-1]
+    for _ in range(5):
+        clock[0] += 1
+        p.embedded(texts=1, tokens=50)
+    p._last = 0.0
     p.building(2, 4, 250, chunks=10)  # 500 tokens in 10 s, half the bytes read
     # left: 500 tokens per 500 bytes x 500 bytes = 500 tokens, at 50 tokens/s = 10 s
     last = draws(term)[-1]
     assert "10 chunks embedded (500 tokens)" in last and "ETA ~10s" in last, last
+    p.done()
+
+
+def test_the_eta_follows_the_recent_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build that slows down (longer texts, a busier machine) gets a longer ETA within
+    a minute, instead of the whole run's average."""
+    clock = [1000.0]
+    monkeypatch.setattr(
+        kbpack.runtime.progress, "time", SimpleNamespace(monotonic=lambda: clock[0])
+    )
+    p = Progress(stream=Terminal(), tick_s=3600)
+    p.embedding(texts=1000, tokens=100_000)
+    for _ in range(100):  # 100 tokens/s for 100 s
+        clock[0] += 1
+        p.embedded(texts=1, tokens=100)
+    assert p.rate() == pytest.approx(100)
+    for _ in range(120):  # then 10 tokens/s
+        clock[0] += 1
+        p.embedded(texts=1, tokens=10)
+    assert p.rate() == pytest.approx(10, rel=0.05)
+    p.done()
+
+
+def test_tokens_from_the_cache_do_not_count_as_speed() -> None:
+    p = Progress(stream=Terminal(), tick_s=3600)
+    p.embedding(texts=10, tokens=1000)
+    p._last = 0.0  # past the redraw throttle
+    p.embedded(texts=10, tokens=1000, reused=True)
+    assert p.rate() is None and "embedding 10/10 texts (1000/1000 tokens)" in p._line
     p.done()
 
 

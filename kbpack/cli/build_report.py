@@ -85,6 +85,15 @@ def render_report(report: Any) -> str:
                 + " embedded",
             ),
         )
+    if getattr(report, "embeddings_reused", 0):
+        rows.insert(
+            2,
+            (
+                "cache",
+                f"reused {report.embeddings_reused:,} of {report.embeddings_total:,} embeddings "
+                "from an earlier or interrupted build",
+            ),
+        )
     left = left_out(report)
     if left:
         rows.insert(2, ("left out", left))
@@ -102,6 +111,49 @@ def render_report(report: Any) -> str:
             f"  warning  {report.truncated} embedded texts were truncated to the model window"
         )
     return "\n".join(lines)
+
+
+def render_dry_run(r: dict[str, Any]) -> str:
+    """``build --dry-run``'s table: what the build would make, and the estimates."""
+    from kbpack.runtime.progress import duration
+
+    c = r["counts"]
+    sample = r.get("sample") or {}
+    rows: list[tuple[str, Any]] = [
+        ("dry run", f"nothing written; estimates for {r['path']}"),
+        (
+            "documents",
+            f"{c['documents_ok']} ok, {c['documents_failed']} failed, {c['documents_skipped']} skipped"
+            + (f" ({r['unsupported']} of unsupported types)" if r["unsupported"] else ""),
+        ),
+        ("pages", f"{c.get('pages', 0):,}"),
+        ("chunks", f"{c['chunks']:,}"),
+        *([("pieces", f"{c['pieces']:,}")] if "pieces" in c else []),
+    ]
+    if r.get("model"):
+        cached = r["cached_texts"]
+        rows += [
+            (
+                "to embed",
+                f"{r['texts']:,} texts, {r['tokens']:,} tokens"
+                + (f" ({cached:,} texts already in the embedding cache)" if cached else ""),
+            ),
+            (
+                "speed",
+                f"{sample['tokens_per_s']:,.0f} tokens/s ({sample['texts']} texts sampled, "
+                f"{r['model']['name']})",
+            ),
+            (
+                "time",
+                f"~{duration(r['estimated_seconds'])} (embedding ~"
+                f"{duration(r['estimated_embed_seconds'])}, the rest "
+                f"~{duration(r['estimated_other_seconds'])})",
+            ),
+        ]
+    else:
+        rows.append(("time", f"~{duration(r['estimated_seconds'])} (BM25-only: no embedding)"))
+    rows.append(("pack size", f"~{human_size(r['estimated_size'])}"))
+    return table(rows)
 
 
 def render_set_members(members: Any) -> str:

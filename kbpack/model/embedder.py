@@ -15,9 +15,9 @@ import ctypes
 import os
 import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -64,6 +64,19 @@ def context_tokens(window: int, positions: int) -> int:
 
 _llama_errors: deque[str] = deque(maxlen=4)
 _log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
+
+
+class BatchCache(Protocol):
+    """Pooled outputs of whole decode batches (kbpack/model/embed_cache.py)."""
+
+    def lookup(self, batch: Sequence[Sequence[int]]) -> np.ndarray | None: ...
+
+    def store(self, batch: Sequence[Sequence[int]], pooled: np.ndarray) -> None: ...
+
+
+# Told after each decode batch: (the batch's indices into the input, its tokens, whether it
+# came from the cache).
+OnBatch = Callable[[Sequence[int], int, bool], None]
 
 
 def available_threads() -> int:
@@ -181,9 +194,18 @@ class Embedder:
             tokenized.append(tokens or self._empty_input())
         return tokenized
 
-    def embed_tokens(self, tokenized: Sequence[list[int]]) -> np.ndarray:
-        """``embed`` of texts already through ``prepare``: float32 unit vectors, input order."""
-        out = self._pooled(list(tokenized))
+    def embed_tokens(
+        self,
+        tokenized: Sequence[list[int]],
+        cache: BatchCache | None = None,
+        on_batch: OnBatch | None = None,
+    ) -> np.ndarray:
+        """``embed`` of texts already through ``prepare``: float32 unit vectors, input order.
+
+        ``cache`` supplies (and keeps) whole decode batches; ``on_batch`` hears of each batch
+        as it is done, so a caller can show progress inside one long call. Neither changes
+        which texts share a decode batch, so the vectors are the same bits either way."""
+        out = self._pooled(list(tokenized), cache, on_batch)
         if not tokenized:
             return out
         norms = np.linalg.norm(out, axis=1, keepdims=True)
@@ -192,14 +214,30 @@ class Embedder:
         out /= norms
         return out
 
-    def _pooled(self, tokenized: list[list[int]]) -> np.ndarray:
+    def _pooled(
+        self,
+        tokenized: list[list[int]],
+        cache: BatchCache | None = None,
+        on_batch: OnBatch | None = None,
+    ) -> np.ndarray:
         """llama.cpp's pooled output, float32 (len(tokenized), width), for token lists that
         already fit the window, in input order, as few llama_decode calls as fit."""
         out = np.zeros((len(tokenized), self._out_width), dtype=np.float32)
-        if not tokenized:
-            return out
+        for batch in self._plan(tokenized):
+            self._decode_or_reuse(batch, tokenized, out, cache, on_batch)
+        return out
+
+    def batches(self, tokenized: Sequence[list[int]]) -> list[list[list[int]]]:
+        """The token lists of each llama_decode call ``embed_tokens`` makes for ``tokenized``."""
+        return [[tokenized[i] for i in batch] for batch in self._plan(tokenized)]
+
+    def _plan(self, tokenized: Sequence[list[int]]) -> list[list[int]]:
+        """Which inputs share each llama_decode call (their indices). The vectors depend on it
+        (llama.cpp's arithmetic runs over the whole batch), so it is a function of the inputs
+        alone: the same texts in the same order always make the same batches."""
         # Similar lengths together: batches fill evenly and attention wastes less.
         order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i]))
+        plan: list[list[int]] = []
         batch: list[int] = []
         used = 0
         for i in order:
@@ -208,12 +246,32 @@ class Embedder:
             # sequence cap keeps seq ids under llama.cpp's n_seq_max (many empty texts).
             full = used + n > self._batch_tokens or len(batch) >= self._max_sequences
             if batch and full:
-                self._decode(batch, tokenized, out)
+                plan.append(batch)
                 batch, used = [], 0
             batch.append(i)
             used += n
-        self._decode(batch, tokenized, out)
-        return out
+        if batch:
+            plan.append(batch)
+        return plan
+
+    def _decode_or_reuse(
+        self,
+        batch: list[int],
+        tokenized: list[list[int]],
+        out: np.ndarray,
+        cache: BatchCache | None,
+        on_batch: OnBatch | None,
+    ) -> None:
+        seqs = [tokenized[i] for i in batch]
+        known = cache.lookup(seqs) if cache is not None else None
+        if known is not None:
+            out[batch] = known
+        else:
+            self._decode(batch, tokenized, out)
+            if cache is not None:
+                cache.store(seqs, out[batch])
+        if on_batch is not None:
+            on_batch(batch, sum(map(len, seqs)), known is not None)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """``embed`` of each text behind the document prefix."""

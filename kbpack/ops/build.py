@@ -24,6 +24,7 @@ from kbpack.extract.repeated import RepeatedBlocks
 from kbpack.index.chunk import ChunkConfig, chunk_document, embedded_text, header, section_path
 from kbpack.index.pieces import Piece, piece_texts, pieces_of
 from kbpack.index.postings import PostingsBuilder
+from kbpack.ops.estimate import DryRun
 from kbpack.ops.shards import in_shard
 from kbpack.pack.write import PackWriter
 from kbpack.runtime import interrupt
@@ -58,6 +59,9 @@ class BuildOptions:
     # BM25 terms rule recorded in the pack (kbpack.search.bm25.ANALYZERS); None: plain for a
     # build, the old pack's for update
     analyzer: str | None = None
+    # bytes the embedding cache may hold (kbpack/model/embed_cache.py); None: its default,
+    # 0: no cache (nothing read, nothing kept)
+    embed_cache_max: int | None = None
 
 
 @dataclass
@@ -84,6 +88,13 @@ class BuildReport:
     links_followed: int = 0  # files outside the input read through a symlink
     # blocks dropped as repeated across a folder's documents (kbpack/extract/repeated.py)
     repeated_blocks: int = 0
+    # texts sent to the model's embedding calls, and those of them whose vectors came from the
+    # embedding cache (an earlier or interrupted build of the same texts) instead
+    embeddings_total: int = 0
+    embeddings_reused: int = 0
+    # build --dry-run (kbpack/ops/estimate.py): the sample measured and the estimates; the
+    # rest of the report describes the pack that was written to a temporary file and removed
+    dry_run: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -126,8 +137,10 @@ Reuse = Callable[[Document], "tuple[list[Any], np.ndarray | None] | None"]
 KnownVectors = Callable[[str], "np.ndarray | None"]
 
 
-def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
-    """Discover and extract the sources, then build the pack."""
+def build(
+    opts: BuildOptions, progress: Progress | None = None, dry: DryRun | None = None
+) -> BuildReport:
+    """Discover and extract the sources, then build the pack (``dry``: see build_from)."""
     found = discover(opts.sources, opts.include, opts.exclude, opts.follow_symlinks)
     if opts.shard is not None:
         found.candidates = [c for c in found.candidates if in_shard(c.name, opts.shard)]
@@ -138,7 +151,7 @@ def build(opts: BuildOptions, progress: Progress | None = None) -> BuildReport:
     total = len(found.candidates) + len(found.records)
     if progress is not None:  # the ETA's denominator
         progress.source_bytes_total = sum(_size(c.path) for c in found.candidates)
-    report = build_from(documents, total, opts, progress, found=found)
+    report = build_from(documents, total, opts, progress, found=found, dry=dry)
     report.repeated_blocks = repeated.removed
     return report
 
@@ -179,6 +192,7 @@ def build_from(
     reuse: Reuse | None = None,
     known_vectors: KnownVectors | None = None,
     found: Discovery | None = None,
+    dry: DryRun | None = None,
 ) -> BuildReport:
     """Chunk, embed, index and write ``documents`` (in order) to ``opts.out``.
 
@@ -188,6 +202,8 @@ def build_from(
     embedded text to the vector this very model gave it before (or None): those are not
     embedded again. ``found`` is what discovery counted, for the report and the refusal of an
     empty build (EmptyBuildError unless ``opts.allow_empty``; the output is then untouched).
+    ``dry`` makes it a dry run (kbpack/ops/estimate.py): nothing is embedded, ``dry`` records
+    what would be, then measures the model on a sample of it.
     """
     progress = progress or Progress(enabled=False)
     timer = _Timer()
@@ -199,6 +215,7 @@ def build_from(
 
         embedder = Embedder(opts.model, threads=opts.threads)
         embedder.prefixes = override(embedder.prefixes, opts.query_prefix, opts.doc_prefix)
+    cache = _open_cache(embedder, opts.embed_cache_max, readonly=dry is not None)
     t = timer.add("load", t)
 
     window = embedder.window if embedder else None
@@ -220,106 +237,119 @@ def build_from(
     pending: list[_Pending] = []
     n_docs = 0
     n_reused = 0
-    n_embedded = 0  # chunk texts that went through the model (not taken from known_vectors)
+    n_embedded = 0  # chunk texts embedded (not from known_vectors; the cache's hits included)
     n_pieces_embedded = 0  # the same for piece texts
+    n_sent = 0  # texts given to the model's embedding calls (the cache's hits included)
 
     identity = embedder.stamp if embedder else None
     gguf = embedder.path if (embedder and opts.embed_model) else None
     chunking = {"window": config.window, "max_chars": config.max_chars, "overlap": config.overlap}
     with_pieces = bool(opts.pieces) and embedder is not None
-    with PackWriter(
-        opts.out,
-        model=identity,
-        dims=embedder.dims if embedder else None,
-        gguf=gguf,
-        chunking=chunking,
-        manifest_extra=(
-            {"shard": {"index": opts.shard[0], "count": opts.shard[1]}} if opts.shard else None
-        ),
-        pieces=with_pieces,
-    ) as writer:
+    try:
+        with PackWriter(
+            opts.out,
+            model=identity,
+            dims=embedder.dims if embedder else None,
+            gguf=gguf,
+            chunking=chunking,
+            manifest_extra=(
+                {"shard": {"index": opts.shard[0], "count": opts.shard[1]}} if opts.shard else None
+            ),
+            pieces=with_pieces,
+        ) as writer:
 
-        def flush() -> None:
-            nonlocal t, n_embedded, n_pieces_embedded
-            # one model call for the batch: chunk texts, then piece texts
-            texts = [s for p in pending for s in p.embedded] + [
-                s for p in pending for s in p.piece_texts
-            ]
-            fresh = np.zeros((0, embedder.dims if embedder else 0), np.float32)
-            if embedder and texts:
-                fresh, done = _embed(embedder, texts, known_vectors, progress)
-                n_chunk_texts = sum(len(p.embedded) for p in pending)
-                n_embedded += sum(1 for i in done if i < n_chunk_texts)
-                n_pieces_embedded += sum(1 for i in done if i >= n_chunk_texts)
-            t = timer.add("embed", t)
-            at = 0
-            for p in pending:
-                if p.given is None and embedder:
-                    p.given = fresh[at : at + len(p.embedded)]
-                    at += len(p.embedded)
-            for p in pending:
-                piece_vectors = None
-                if with_pieces:
-                    piece_vectors = fresh[at : at + len(p.piece_texts)]
-                    at += len(p.piece_texts)
-                first = writer.n_chunks
-                writer.add_document(p.doc, p.chunks, p.given, p.pieces, piece_vectors)
-                for i, c in enumerate(p.chunks):
-                    postings.add(first + i, p.doc.text[c.start : c.end])
-            pending.clear()
+            def flush() -> None:
+                nonlocal t, n_embedded, n_pieces_embedded, n_sent
+                # one model call for the batch: chunk texts, then piece texts
+                texts = [s for p in pending for s in p.embedded] + [
+                    s for p in pending for s in p.piece_texts
+                ]
+                fresh = np.zeros((0, embedder.dims if embedder else 0), np.float32)
+                if embedder and texts:
+                    fresh, done, sent = _embed(embedder, texts, known_vectors, progress, cache, dry)
+                    n_sent += sent
+                    n_chunk_texts = sum(len(p.embedded) for p in pending)
+                    n_embedded += sum(1 for i in done if i < n_chunk_texts)
+                    n_pieces_embedded += sum(1 for i in done if i >= n_chunk_texts)
+                t = timer.add("embed", t)
+                at = 0
+                for p in pending:
+                    if p.given is None and embedder:
+                        p.given = fresh[at : at + len(p.embedded)]
+                        at += len(p.embedded)
+                for p in pending:
+                    piece_vectors = None
+                    if with_pieces:
+                        piece_vectors = fresh[at : at + len(p.piece_texts)]
+                        at += len(p.piece_texts)
+                    first = writer.n_chunks
+                    writer.add_document(p.doc, p.chunks, p.given, p.pieces, piece_vectors)
+                    for i, c in enumerate(p.chunks):
+                        postings.add(first + i, p.doc.text[c.start : c.end])
+                pending.clear()
+                t = timer.add("index", t)
+
+            for doc in documents:
+                interrupt.check()  # stop at the next document even if a Ctrl-C was swallowed
+                t = timer.add("extract", t)
+                n_docs += 1
+                progress.building(n_docs, total, doc.source_size or 0, writer.n_chunks)
+                if doc.status == "skipped":
+                    skipped.append({"name": doc.name, "reason": doc.reason})
+                if doc.status == "failed":
+                    failed.append({"name": doc.name, "stage": doc.stage, "reason": doc.reason})
+                warnings.extend({"name": doc.name, "warning": w} for w in doc.warnings)
+                chunks: list[Any] = []
+                embedded: list[str] = []
+                given: np.ndarray | None = None
+                reused = reuse(doc) if (reuse and doc.status == "ok") else None
+                if reused is not None:
+                    chunks, given = reused
+                    if given is not None or embedder is None:  # else: only re-embedded
+                        n_reused += 1
+                elif doc.status == "ok":
+                    result = chunk_document(doc, count, config)
+                    chunks = result.chunks
+                    problems.extend({"name": doc.name, "problem": p} for p in result.problems)
+                if given is None:
+                    for c in chunks:
+                        h = header(doc.title, section_path(doc, c.section))
+                        embedded.append(embedded_text(h, doc.text[c.start : c.end]))
+                        if count:
+                            if h not in header_cost:
+                                header_cost[h] = count(h) - specials
+                            header_tokens += header_cost[h]
+                            tokens_embedded += c.tokens
+                item = _Pending(doc, chunks, embedded, given)
+                if with_pieces and chunks:
+                    heads = [header(doc.title, section_path(doc, c.section)) for c in chunks]
+                    item.pieces = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
+                    item.piece_texts = piece_texts(doc.text, heads, item.pieces)
+                t = timer.add("chunk", t)
+                pending.append(item)
+                waiting = sum(len(p.embedded) + len(p.piece_texts) for p in pending)
+                if waiting >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
+                    flush()
+                    progress.building(n_docs, total, 0, writer.n_chunks)
+            flush()
+            progress.done()
+            if n_docs == len(failed) + len(skipped) and not opts.allow_empty:
+                _refuse_empty(opts, failed, skipped, found)  # the writer aborts: nothing replaced
+            writer.set_postings(postings.finish(writer.n_chunks))
             t = timer.add("index", t)
+            committed = writer.commit()
+            timer.add("write", t)
 
-        for doc in documents:
-            interrupt.check()  # stop at the next document even if a Ctrl-C was swallowed
-            t = timer.add("extract", t)
-            n_docs += 1
-            progress.building(n_docs, total, doc.source_size or 0, writer.n_chunks)
-            if doc.status == "skipped":
-                skipped.append({"name": doc.name, "reason": doc.reason})
-            if doc.status == "failed":
-                failed.append({"name": doc.name, "stage": doc.stage, "reason": doc.reason})
-            warnings.extend({"name": doc.name, "warning": w} for w in doc.warnings)
-            chunks: list[Any] = []
-            embedded: list[str] = []
-            given: np.ndarray | None = None
-            reused = reuse(doc) if (reuse and doc.status == "ok") else None
-            if reused is not None:
-                chunks, given = reused
-                if given is not None or embedder is None:  # else: only re-embedded
-                    n_reused += 1
-            elif doc.status == "ok":
-                result = chunk_document(doc, count, config)
-                chunks = result.chunks
-                problems.extend({"name": doc.name, "problem": p} for p in result.problems)
-            if given is None:
-                for c in chunks:
-                    h = header(doc.title, section_path(doc, c.section))
-                    embedded.append(embedded_text(h, doc.text[c.start : c.end]))
-                    if count:
-                        if h not in header_cost:
-                            header_cost[h] = count(h) - specials
-                        header_tokens += header_cost[h]
-                        tokens_embedded += c.tokens
-            item = _Pending(doc, chunks, embedded, given)
-            if with_pieces and chunks:
-                heads = [header(doc.title, section_path(doc, c.section)) for c in chunks]
-                item.pieces = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
-                item.piece_texts = piece_texts(doc.text, heads, item.pieces)
-            t = timer.add("chunk", t)
-            pending.append(item)
-            waiting = sum(len(p.embedded) + len(p.piece_texts) for p in pending)
-            if waiting >= EMBED_BATCH or len(pending) >= EMBED_BATCH:
-                flush()
-                progress.building(n_docs, total, 0, writer.n_chunks)
-        flush()
-        progress.done()
-        if n_docs == len(failed) + len(skipped) and not opts.allow_empty:
-            _refuse_empty(opts, failed, skipped, found)  # the writer aborts: nothing replaced
-        writer.set_postings(postings.finish(writer.n_chunks))
-        t = timer.add("index", t)
-        committed = writer.commit()
-        timer.add("write", t)
+    except KeyboardInterrupt:
+        progress.interrupted()  # the interrupt's message goes below the line, not on it
+        raise
+    finally:
+        if cache is not None:
+            cache.close()  # what was embedded stays for the next build
+        from_cache = cache.hits if cache is not None else 0
 
+    if dry is not None and embedder is not None:
+        dry.measure(embedder)
     return BuildReport(
         path=committed.path,
         size=committed.size,
@@ -341,6 +371,9 @@ def build_from(
         filtered=found.filtered if found else 0,
         links_not_followed=found.links_not_followed if found else 0,
         links_followed=found.links_followed if found else 0,
+        embeddings_total=n_sent,
+        embeddings_reused=from_cache,
+        dry_run=None if dry is None else dry.summary(sum(timer.seconds.values())),
     )
 
 
@@ -357,12 +390,33 @@ class _Pending:
     piece_texts: list[str] = field(default_factory=list)
 
 
+def _open_cache(embedder: Any, max_bytes: int | None, readonly: bool = False) -> Any:
+    """The embedding cache of ``embedder``'s model, or None (no vectors, or turned off)."""
+    if embedder is None or max_bytes == 0:
+        return None
+    from kbpack.model.embed_cache import DEFAULT_MAX_BYTES, EmbeddingCache
+
+    return EmbeddingCache(
+        embedder.identity.sha256,
+        embedder.dims,
+        DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
+        readonly=readonly,
+    )
+
+
 def _embed(
-    embedder: Any, texts: list[str], known: KnownVectors | None, progress: Progress
-) -> tuple[np.ndarray, list[int]]:
-    """Vectors of ``texts`` -- those ``known`` already has, the rest embedded in one call --
-    and the indices of the texts that were embedded. ``progress`` hears of the call first,
-    with every token the model will read (chunk and piece texts alike: the ETA's unit)."""
+    embedder: Any,
+    texts: list[str],
+    known: KnownVectors | None,
+    progress: Progress,
+    cache: Any = None,
+    dry: DryRun | None = None,
+) -> tuple[np.ndarray, list[int], int]:
+    """Vectors of ``texts`` -- those ``known`` already has, the rest embedded in one call (the
+    embedding cache may hold some of those: ``cache.hits`` counts them) -- the indices of the
+    texts embedded, and how many they are. ``progress`` hears of the call first, with every
+    token it holds (chunk and piece texts alike: the ETA's unit), then of each decode batch
+    as it is done. ``dry``: record instead of embedding (build --dry-run)."""
     out = np.zeros((len(texts), embedder.dims), np.float32)
     missing = []
     for i, text in enumerate(texts):
@@ -371,11 +425,21 @@ def _embed(
             missing.append(i)
         else:
             out[i] = v
-    if missing:
-        tokens = embedder.prepare(embedder.document_texts([texts[i] for i in missing]))
-        progress.embedding(len(missing), sum(map(len, tokens)))
-        out[missing] = embedder.embed_tokens(tokens)
-    return out, missing
+    if not missing:
+        return out, missing, 0
+    tokens = embedder.prepare(embedder.document_texts([texts[i] for i in missing]))
+    progress.embedding(len(missing), sum(map(len, tokens)))
+    if dry is not None:
+        out[missing] = dry.vectors(embedder, tokens, cache)
+        progress.embedded(len(missing), sum(map(len, tokens)), reused=True)  # no model time
+        return out, missing, len(missing)
+
+    def on_batch(batch: Sequence[int], n_tokens: int, reused: bool) -> None:
+        progress.embedded(len(batch), n_tokens, reused)
+        interrupt.check()  # a swallowed Ctrl-C stops within one batch
+
+    out[missing] = embedder.embed_tokens(tokens, cache, on_batch)
+    return out, missing, len(missing)
 
 
 def _size(path: Path) -> int:

@@ -3,7 +3,9 @@
 Shown only when stderr is a TTY and the user did not pass ``--quiet`` or ``--json``; redrawn at
 most ten times a second so that progress never costs measurable time. A ticker thread redraws
 the line every second with the elapsed time, so the screen moves even while one long step (an
-embedding batch: llama.cpp releases the GIL) runs.
+embedding batch: llama.cpp releases the GIL) runs. A build's counts move with every decode
+batch (at most ``BATCH_TOKENS`` tokens, well under a second), inside a long document too, and
+its ETA divides the tokens left by the token rate of the last ``RATE_WINDOW_S`` seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import time
 from typing import TextIO
 
 TICK_S = 1.0  # the ticker's period: something on the screen changes at least this often
+# The ETA's rate: tokens per second over this much recent time. Long enough to smooth a
+# document's extraction pause, short enough to follow a corpus whose texts change length.
+RATE_WINDOW_S = 60.0
 
 
 def duration(seconds: float) -> str:
@@ -55,8 +60,12 @@ class Progress:
         # a build's ETA: source bytes of every document, and of those read so far
         self.source_bytes_total = 0
         self._bytes_done = 0
-        self._tokens_done = 0
-        self._tokens_in_flight = 0
+        self._tokens_done = 0  # tokens of finished embedding calls
+        self._tokens_in_flight = 0  # tokens of the call under way
+        self._flight_done = (0, 0)  # (texts, tokens) of that call already embedded
+        self._flight_texts = 0
+        self._model_tokens = 0  # tokens the model read (not the cache): the rate's unit
+        self._samples: list[tuple[float, int]] = []  # (time, _model_tokens) for the rate
         self._documents = (0, 0)
         self._eta_at: float | None = None  # monotonic time the current ETA runs out
 
@@ -106,7 +115,9 @@ class Progress:
         self._bytes_done += source_bytes
         self._tokens_done += self._tokens_in_flight
         self._tokens_in_flight = 0
+        self._flight_done = (0, 0)
         self._documents = (documents, total)
+        self._sample()  # an extraction pause lowers the recent rate
         self.update(
             "building",
             documents,
@@ -122,30 +133,64 @@ class Progress:
         if not self.enabled:
             return
         self._tokens_in_flight = tokens
+        self._flight_texts = texts
+        self._flight_done = (0, 0)
+        self._sample()
+        self._show(force=True)
+
+    def embedded(self, texts: int, tokens: int, reused: bool = False) -> None:
+        """One decode batch of the announced call is done (``reused``: from the cache)."""
+        if not self.enabled:
+            return
+        self._flight_done = (self._flight_done[0] + texts, self._flight_done[1] + tokens)
+        if not reused:
+            self._model_tokens += tokens
+        self._sample()
+        self._show()
+
+    def _show(self, force: bool = False) -> None:
         done, total = self._documents
+        (texts, tokens), all_texts = self._flight_done, self._flight_texts
         self.update(
             "building",
             done,
             total,
             unit="documents",
-            detail=f"embedding {texts} texts ({tokens} tokens)",
+            detail=f"embedding {texts}/{all_texts} texts "
+            f"({self._tokens_done + tokens}/{self._tokens_done + self._tokens_in_flight} tokens)",
             eta_s=self._eta(),
-            force=True,
+            force=force,
         )
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        self._samples.append((now, self._model_tokens))
+        while len(self._samples) > 2 and now - self._samples[1][0] > RATE_WINDOW_S:
+            self._samples.pop(0)
+
+    def rate(self) -> float | None:
+        """Tokens the model reads per second, over the last ``RATE_WINDOW_S`` seconds of the
+        pipeline (extraction pauses included); None until a second of it has passed."""
+        if len(self._samples) < 2:
+            return None
+        (t0, n0), (t1, n1) = self._samples[0], self._samples[-1]
+        if t1 - t0 < 1 or n1 <= n0:
+            return None
+        return (n1 - n0) / (t1 - t0)
 
     def _eta(self) -> float | None:
         """Seconds left, from tokens: tokens still to embed (the tokens per source byte seen so
-        far times the bytes not yet read, plus the batch in flight) over the tokens per second
-        of the whole pipeline so far (extraction included). None until there is a rate."""
-        elapsed = time.monotonic() - self._t0
-        done = self._tokens_done
-        if not done or not self._bytes_done or elapsed < 1:
+        far times the bytes not yet read, plus what is left of the call in flight) over the
+        recent token rate. None until there is a rate."""
+        rate = self.rate()
+        if rate is None or not self._bytes_done:
             return None
-        per_byte = (done + self._tokens_in_flight) / self._bytes_done
-        left = self._tokens_in_flight + per_byte * max(
+        known = self._tokens_done + self._tokens_in_flight
+        per_byte = known / self._bytes_done
+        left = (self._tokens_in_flight - self._flight_done[1]) + per_byte * max(
             0, self.source_bytes_total - self._bytes_done
         )
-        return left / (done / elapsed)
+        return left / rate
 
     def _draw(self) -> None:
         with self._lock:
@@ -170,12 +215,26 @@ class Progress:
             if self._line:
                 self._draw()
 
-    def done(self) -> None:
+    def interrupted(self) -> None:
+        """Stop, and end the line where it stands: what follows (the interrupt's message)
+        starts on a line of its own, below the last progress shown."""
+        self._stop_ticker()
+        if self.enabled and self._width:
+            with self._lock:
+                self.stream.write("\n")
+                self.stream.flush()
+                self._width = 0
+                self._line = ""
+
+    def _stop_ticker(self) -> None:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
             self._ticker = None
         self._stop = threading.Event()
+
+    def done(self) -> None:
+        self._stop_ticker()
         if self.enabled and self._width:
             with self._lock:
                 self.stream.write("\r" + " " * self._width + "\r")

@@ -113,6 +113,12 @@ def build_options(f: Any) -> Any:
         ),
         threads_option,
         click.option(
+            "--embed-cache-max",
+            metavar="SIZE",
+            help="Room for finished embeddings in the kbpack cache, reused by the next build of "
+            "the same texts and model, an interrupted one included (default 2G; 0: no cache).",
+        ),
+        click.option(
             "--strict",
             is_flag=True,
             help="Exit 1 when any document failed or was skipped (files of types kbpack does not "
@@ -155,6 +161,12 @@ def build_options(f: Any) -> Any:
     metavar="SIZE",
     help="Write a pack set OUT-001.kbpack, OUT-002.kbpack, ... each under SIZE (e.g. 3.9G for FAT32).",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Read and chunk the sources, embed a small sample, and print the counts, the "
+    "estimated time and pack size; write nothing.",
+)
 @build_options
 def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     """Build a pack from folders and files (md, txt, html, pdf, docx).
@@ -165,6 +177,48 @@ def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
     errors, 130 when interrupted (the output path is left as it was).
     """
     return run_build_command(sources, out, **kw)
+
+
+def _dry_run(opts: Any, progress: Any, as_json: bool, quiet: bool) -> int:
+    """``build --dry-run``: the build into a temporary folder, with a measured sample in place
+    of the embedding (kbpack/ops/estimate.py); the pack is removed, the output untouched."""
+    import dataclasses
+    import tempfile
+
+    from kbpack.cli.build_report import render_dry_run
+    from kbpack.ops.build import build as run_build
+    from kbpack.ops.estimate import DryRun
+
+    with tempfile.TemporaryDirectory(prefix="kbpack-dry-run-") as tmp:
+        trial = dataclasses.replace(opts, out=Path(tmp) / "dry-run.kbpack")
+        report = run_build(trial, progress, dry=DryRun())
+    result = {
+        "path": str(opts.out),
+        "dry_run": True,
+        "estimated_size": report.size,
+        "counts": report.counts,
+        "failed": report.failed,
+        "skipped": report.skipped,
+        "unsupported": report.unsupported,
+        "model": report.model,
+        **(report.dry_run or {}),
+    }
+    if as_json:
+        emit_json(result)
+    elif not quiet:
+        click.echo(render_dry_run(result))
+    return 0
+
+
+def _cache_size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)i?[bB]?\s*", text)
+    if not m:
+        raise click.UsageError(f"--embed-cache-max {text}: write a size such as 2G, 500M or 0")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
 
 
 def run_build_command(
@@ -186,6 +240,7 @@ def run_build_command(
     from kbpack.runtime.progress import Progress
 
     as_json, quiet, strict = kw.pop("as_json"), kw.pop("quiet"), kw.pop("strict")
+    dry_run = kw.pop("dry_run", False)
     shard = kw.pop("shard", None)
     split_size = kw.pop("split_size", None)
     workers, scheduler = kw.pop("workers", None), kw.pop("scheduler", None)
@@ -219,6 +274,7 @@ def run_build_command(
         doc_prefix=kw["doc_prefix"],
         pieces=pieces,
         analyzer=_ANALYZER_IDS.get(kw["analyzer"]) if kw["analyzer"] else None,
+        embed_cache_max=_cache_size(kw["embed_cache_max"]),
     )
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
@@ -226,6 +282,12 @@ def run_build_command(
         raise click.UsageError("--query-prefix/--doc-prefix need vectors; drop --no-vectors")
     if kw["pieces"] and not opts.vectors:
         raise click.UsageError("--pieces needs vectors; drop --no-vectors")
+    if dry_run:
+        if split_size is not None or workers is not None or scheduler is not None:
+            raise click.UsageError(
+                "--dry-run estimates a plain build; drop --split-size/--workers/--scheduler"
+            )
+        return _dry_run(opts, Progress(show_progress(quiet, as_json)), as_json, quiet)
     # SIGTERM is Ctrl-C (kbpack.cli.main.main): the writer removes its temp file, exit 130
     if split_size is not None:
         from kbpack.ops.split import build_set, name_the_set, parse_size
