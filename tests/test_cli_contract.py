@@ -31,7 +31,7 @@ NO_FORCE = {"keygen"}
 
 # The commands that embed (take --threads) and that show progress (take --quiet).
 THREADS = {"build", "update", "query", "migrate", "eval", "calibrate", "model embed"}
-QUIET = {"build", "update", "query", "migrate", "serve", "merge"}
+QUIET = {"build", "update", "query", "migrate", "serve", "merge", "split"}
 
 # Arguments that make each command succeed with --json; placeholders are filled by `fill`.
 # None: the command runs until stopped (serve: tests/test_serve.py reads its --json line).
@@ -46,6 +46,7 @@ RUNS: dict[str, list[str] | None] = {
     "update": ["{copy}", "{src}", "--model", "{model}"],
     "diff": ["{pack}", "{pack}"],
     "merge": ["{pack}", "-o", "{tmp}/merged.kbpack"],
+    "split": ["{pack}", "-o", "{tmp}/cut", "--size", "1M"],
     "migrate": ["{pack}", "--dry-run"],
     "model info": ["{model}"],
     "model import": ["{weights}", "-o", "{tmp}/imported.gguf"],

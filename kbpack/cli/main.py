@@ -88,6 +88,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "merge",
         "Merge several packs into one (no re-embedding).",
     ),
+    "split": (
+        "kbpack.cli.commands.merge",
+        "split",
+        "Re-cut a pack or a set into members under a size (no re-embedding).",
+    ),
     "model": ("kbpack.cli.commands.model", "model", "Embedding model: info, import, embed."),
     "eval": (
         "kbpack.cli.commands.evaluate",
