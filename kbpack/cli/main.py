@@ -106,6 +106,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "serve": ("kbpack.cli.commands.serve", "serve", "A local search page and JSON API for packs."),
     "mcp": ("kbpack.cli.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
+    "bundle": (
+        "kbpack.cli.commands.bundle",
+        "bundle",
+        "Wheels, model and install script for a machine with no network.",
+    ),
     "completion": (
         "kbpack.cli.commands.completion",
         "completion",
