@@ -31,7 +31,9 @@ PY = f"{Path(sys.base_prefix) / 'bin'}/python{sys.version_info[0]}.{sys.version_
 
 def timed(cmd: list[str], **kw: object) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, **kw)  # type: ignore[call-overload]
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
     return time.perf_counter() - t
 
 
@@ -58,13 +60,18 @@ def main() -> None:
         (docs / "a.md").write_text("# Backups\n\nRun the tape backup every night at two.\n")
         (docs / "b.md").write_text("# Logs\n\nLogs rotate daily and keep seven files.\n")
         venv = tmp / "offline"
-        off_env = {**env, "HOME": str(tmp), "PYTHON": PY, "KBPACK_CACHE_DIR": str(tmp / "cache")}
+        off_env = {  # no PYTHONPATH: the installed kbpack runs, not this checkout
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp),
+            "PYTHON": PY,
+            "KBPACK_CACHE_DIR": str(tmp / "cache"),
+        }
         install = timed(["unshare", "-n", "sh", str(bundle / "install.sh"), str(venv)], env=off_env)
         kb = str(venv / "bin" / "kbpack")
         pack = str(tmp / "docs.kbpack")
         first = timed(
             ["unshare", "-n", "sh", "-c",
-             f"{kb} build {docs} -o {pack} -q --threads 1 && {kb} query {pack} 'tape backup' -k 1"],
+             f"{kb} build {docs} -o {pack} -q --threads 1 && {kb} query {pack} 'when does the tape backup run?' -k 1"],
             env=off_env,
         )  # fmt: skip
         print(

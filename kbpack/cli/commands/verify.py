@@ -49,8 +49,10 @@ def verify(
     """Check PACKS before trusting them: bytes, signature, structure, digests, invariants.
 
     Several packs, or a whole set (kbpack verify docs-*.kbpack), give one summary table. A set
-    member also checks that every other member beside it is present and whole. Exit 0 when
-    every pack is intact, 1 with findings, 2 on a usage error (the worst of the packs).
+    member also checks that every other member beside it is present and whole: its size and
+    the SHA-256 of its bytes (--quick: the size only; members given together are hashed once).
+    Exit 0 when every pack is intact, 1 with findings, 2 on a usage error (the worst of the
+    packs).
     """
     if len(packs) == 1:
         return _verify_one(packs[0], key, require_signature, quick, deep, as_json)
