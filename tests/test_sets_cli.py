@@ -82,6 +82,10 @@ def test_a_truncated_member_fails_the_set_from_any_member(members: list[Path]) -
     r = run("verify", *members)
     assert f"{len(members) - 1} of {len(members)} packs intact" in r.stdout
     assert any(line.startswith(f"{third} ") and "FAILED" in line for line in r.stdout.splitlines())
+    r = run("inspect", *members)  # the others are still shown; the exit status is the worst
+    assert r.exit_code == 1
+    assert any(line.split()[:2] == [str(third), "ERROR"] for line in r.stdout.splitlines())
+    assert f"total ({len(members) - 1} packs)" in r.stdout and "truncated" in r.stdout
 
 
 def test_a_sibling_with_flipped_bytes_is_found_by_its_hash(members: list[Path]) -> None:

@@ -117,10 +117,22 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
 
 
 def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
-    infos = [describe(p) for p in packs]
+    """One row per pack and the total; a pack that cannot be read is a row of its own (its
+    one-line error) and the exit status is the worst of them."""
+    from kbpack.errors import Exit, KbpackError
+
+    infos: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    worst = int(Exit.OK)
+    for p in packs:
+        try:
+            infos.append(describe(p))
+        except KbpackError as e:
+            errors[str(p)] = str(e)
+            worst = max(worst, int(e.exit_code))
     if as_json:
-        emit_json({"packs": infos})
-        return 0
+        emit_json({"packs": [*infos, *({"path": p, "error": m} for p, m in errors.items())]})
+        return worst
     head = ["pack", "size", "documents", "chunks", "model", "signed", "set"]
     rows = []
     for info in infos:
@@ -137,6 +149,7 @@ def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
                 f"{member['index']} of {member['count']} ({member['id']})" if member else "-",
             ]
         )
+    rows += [[p, "ERROR", "", "", "", "", ""] for p in errors]
     total = [
         f"total ({len(infos)} packs)",
         human_size(sum(i["file_size"] for i in infos)),
@@ -147,10 +160,12 @@ def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
         "",
     ]
     click.echo("\n".join(grid(head, [*rows, total])))
+    for message in errors.values():
+        click.echo(f"error: {message}")
     models = {i["model"]["sha256"] if i["model"] else None for i in infos}
     if len(models) > 1:
         click.echo("note: the packs have different models: they cannot be searched as one")
-    return 0
+    return worst
 
 
 @click.command()
