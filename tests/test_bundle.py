@@ -57,6 +57,13 @@ def test_check_finds_a_damaged_and_a_missing_file(tmp_path: Path) -> None:
     ]
 
 
+def test_verify_of_a_bundle_folder_points_at_bundle_check(tmp_path: Path) -> None:
+    b = fake_bundle(tmp_path / "b")
+    r = run("verify", b)
+    assert r.exit_code == 2
+    assert f"{b}: is a bundle folder; check it with kbpack bundle --check {b}" in r.stderr
+
+
 def test_check_says_when_the_bundle_serves_another_platform(tmp_path: Path) -> None:
     b = fake_bundle(tmp_path / "b")
     other = {**target(), "platform": "linux-aarch64"}

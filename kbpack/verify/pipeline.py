@@ -179,6 +179,10 @@ def verify_pack(
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
+        if (path / "SHA256SUMS").is_file() and (path / "install.sh").is_file():
+            raise UsageError(
+                f"{path}: is a bundle folder; check it with kbpack bundle --check {path}"
+            )
         raise UsageError(f"{path}: is a directory, not a pack")
     refuse_non_regular(path, path.stat().st_mode)  # a FIFO or a device would block or never end
     report = VerifyReport(str(path))

@@ -39,7 +39,8 @@ from kbpack.cli.commands.common import emit_json, human_size, json_option, quiet
 @click.option(
     "--no-index",
     is_flag=True,
-    help="Take wheels only from the --find-links folders, never from the package index.",
+    help="Never use the package index: wheels come from the --find-links folders (setuptools "
+    "among them, to build kbpack's wheel) and llama-cpp-python from pip's wheel cache.",
 )
 @json_option
 @quiet_option
