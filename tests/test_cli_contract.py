@@ -7,6 +7,7 @@ it is checked by every test here. A command that truly cannot print JSON goes in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,7 +32,7 @@ NO_FORCE = {"keygen"}
 
 # The commands that embed (take --threads) and that show progress (take --quiet).
 THREADS = {"build", "update", "query", "ask", "migrate", "eval", "calibrate", "model embed"}
-QUIET = {"build", "update", "query", "ask", "migrate", "serve", "merge"}
+QUIET = {"build", "update", "query", "ask", "migrate", "serve", "merge", "split", "bundle"}
 
 # Arguments that make each command succeed with --json; placeholders are filled by `fill`.
 # None: the command runs until stopped (serve: tests/test_serve.py reads its --json line).
@@ -47,6 +48,7 @@ RUNS: dict[str, list[str] | None] = {
     "update": ["{copy}", "{src}", "--model", "{model}"],
     "diff": ["{pack}", "{pack}"],
     "merge": ["{pack}", "-o", "{tmp}/merged.kbpack"],
+    "split": ["{pack}", "-o", "{tmp}/cut", "--size", "1M"],
     "migrate": ["{pack}", "--dry-run"],
     "model info": ["{model}"],
     "model import": ["{weights}", "-o", "{tmp}/imported.gguf"],
@@ -56,6 +58,7 @@ RUNS: dict[str, list[str] | None] = {
     "serve": None,
     "mcp": None,
     "completion": ["bash"],
+    "bundle": ["--check", "{bundle}"],
 }
 
 # Commands whose first argument is a pack (for the missing-pack and not-a-pack situations).
@@ -158,7 +161,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ood = tmp / "ood.jsonl"
     ood.write_text(json.dumps({"query": "orchid repotting"}) + "\n")
     secret, _, _ = keygen(tmp / "signer")
+    bundle = tmp / "bundle"  # kbpack bundle --check reads a SHA256SUMS (tests/test_bundle.py)
+    bundle.mkdir()
+    (bundle / "install.sh").write_text("#!/bin/sh\n")
+    digest = hashlib.sha256(b"#!/bin/sh\n").hexdigest()
+    (bundle / "SHA256SUMS").write_text(f"{digest}  install.sh\n")
     return {
+        "bundle": str(bundle),
         "tmp": str(tmp),
         "src": str(src),
         "model": str(model),

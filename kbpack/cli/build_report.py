@@ -37,6 +37,10 @@ def peak_memory(own: float, worker: float) -> str:
     return f"{own + worker:.0f} MB (kbpack {own:.0f} MB + extraction worker {worker:.0f} MB)"
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
 def render_report(report: Any) -> str:
     c = report.counts
     s = report.seconds
@@ -80,8 +84,13 @@ def render_report(report: Any) -> str:
             2,
             (
                 "reused",
-                f"{report.reused_documents} unchanged documents; {report.vectors_embedded} chunks"
-                + (f" and {report.pieces_embedded} pieces" if report.pieces_embedded else "")
+                f"{report.reused_documents} unchanged documents; "
+                + _count(report.vectors_embedded, "chunk")
+                + (
+                    f" and {_count(report.pieces_embedded, 'piece')}"
+                    if report.pieces_embedded
+                    else ""
+                )
                 + " embedded",
             ),
         )

@@ -93,6 +93,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "merge",
         "Merge several packs into one (no re-embedding).",
     ),
+    "split": (
+        "kbpack.cli.commands.merge",
+        "split",
+        "Re-cut a pack or a set into members under a size (no re-embedding).",
+    ),
     "model": ("kbpack.cli.commands.model", "model", "Embedding model: info, import, embed."),
     "eval": (
         "kbpack.cli.commands.evaluate",
@@ -106,6 +111,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "serve": ("kbpack.cli.commands.serve", "serve", "A local search page and JSON API for packs."),
     "mcp": ("kbpack.cli.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
+    "bundle": (
+        "kbpack.cli.commands.bundle",
+        "bundle",
+        "Wheels, model and install script for a machine with no network.",
+    ),
     "completion": (
         "kbpack.cli.commands.completion",
         "completion",

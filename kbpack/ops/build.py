@@ -259,7 +259,7 @@ def build_from(
         ) as writer:
 
             def flush() -> None:
-                nonlocal t, n_embedded, n_pieces_embedded, n_sent
+                nonlocal t, n_embedded, n_pieces_embedded, n_sent, tokens_embedded, header_tokens
                 # one model call for the batch: chunk texts, then piece texts
                 texts = [s for p in pending for s in p.embedded] + [
                     s for p in pending for s in p.piece_texts
@@ -271,6 +271,11 @@ def build_from(
                     n_chunk_texts = sum(len(p.embedded) for p in pending)
                     n_embedded += sum(1 for i in done if i < n_chunk_texts)
                     n_pieces_embedded += sum(1 for i in done if i >= n_chunk_texts)
+                    # tokens of the chunk texts the model read: a text whose vector the old pack
+                    # had (update) costs nothing, so the summary's counts agree
+                    costs = [c for p in pending for c in p.costs]
+                    tokens_embedded += sum(costs[i][0] for i in done if i < n_chunk_texts)
+                    header_tokens += sum(costs[i][1] for i in done if i < n_chunk_texts)
                 t = timer.add("embed", t)
                 at = 0
                 for p in pending:
@@ -301,6 +306,7 @@ def build_from(
                 warnings.extend({"name": doc.name, "warning": w} for w in doc.warnings)
                 chunks: list[Any] = []
                 embedded: list[str] = []
+                costs: list[tuple[int, int]] = []
                 given: np.ndarray | None = None
                 reused = reuse(doc) if (reuse and doc.status == "ok") else None
                 if reused is not None:
@@ -315,12 +321,10 @@ def build_from(
                     for c in chunks:
                         h = header(doc.title, section_path(doc, c.section))
                         embedded.append(embedded_text(h, doc.text[c.start : c.end]))
-                        if count:
-                            if h not in header_cost:
-                                header_cost[h] = count(h) - specials
-                            header_tokens += header_cost[h]
-                            tokens_embedded += c.tokens
-                item = _Pending(doc, chunks, embedded, given)
+                        if count and h not in header_cost:
+                            header_cost[h] = count(h) - specials
+                        costs.append((c.tokens, header_cost.get(h, 0)))
+                item = _Pending(doc, chunks, embedded, given, costs=costs)
                 if with_pieces and chunks:
                     heads = [header(doc.title, section_path(doc, c.section)) for c in chunks]
                     item.pieces = pieces_of(doc.text, [(c.start, c.end) for c in chunks])
@@ -388,6 +392,7 @@ class _Pending:
     given: np.ndarray | None
     pieces: list[Piece] = field(default_factory=list)
     piece_texts: list[str] = field(default_factory=list)
+    costs: list[tuple[int, int]] = field(default_factory=list)  # (tokens, header tokens) per text
 
 
 def _open_cache(embedder: Any, max_bytes: int | None, readonly: bool = False) -> Any:

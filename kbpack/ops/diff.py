@@ -23,6 +23,7 @@ import numpy as np
 from kbpack.ops.restore import PackContents
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
+from kbpack.text.worddiff import word_diff
 
 # Cosine distance under which two vectors of the same chunk and model are the same vector:
 # float16 storage alone moves a unit vector by ~1e-7; llama.cpp batching by less.
@@ -59,6 +60,8 @@ class PackDiff:
     unchanged: int = 0
     vectors: dict[str, Any] = field(default_factory=dict)
     differences: list[str] = field(default_factory=list)  # one line per reason for "differ"
+    # name -> the changed passages of a changed document (human output; not in --json)
+    passages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def same_content(self) -> bool:
@@ -119,12 +122,13 @@ def summary(r: PackReader) -> dict[str, Any]:
     }
 
 
-def diff_packs(old_path: Path, new_path: Path) -> PackDiff:
+def diff_packs(old_path: Path, new_path: Path, passages: bool = False) -> PackDiff:
     with PackReader(old_path) as old_r, PackReader(new_path) as new_r:
-        return diff_readers(old_r, new_r)
+        return diff_readers(old_r, new_r, passages)
 
 
-def diff_readers(old_r: PackReader, new_r: PackReader) -> PackDiff:
+def diff_readers(old_r: PackReader, new_r: PackReader, passages: bool = False) -> PackDiff:
+    """``passages``: also the word-level diff of every changed document's text."""
     old, new = PackContents(old_r), PackContents(new_r)
     d = PackDiff(old=summary(old_r), new=summary(new_r))
     same_model = _model_sha(d.old["model"]) == _model_sha(d.new["model"])
@@ -139,6 +143,8 @@ def diff_readers(old_r: PackReader, new_r: PackReader) -> PackDiff:
         what = _document_changes(old, i, new, j, compare_tokens=same_model)
         if what:
             d.changed.append(_describe_change(old, i, new, j, name, what))
+            if passages and "text" in what:
+                d.passages[name] = changed_passages(old, i, new, j)
         else:
             d.unchanged += 1
         if "chunks" not in what:
@@ -199,6 +205,23 @@ def _describe_change(
         "chunks_added": list((after - before).elements()),
         "chunks_removed": list((before - after).elements()),
     }
+
+
+def changed_passages(old: PackContents, i: int, new: PackContents, j: int) -> list[dict[str, Any]]:
+    """The word-level diff of a document's canonical text, each passage with the section path
+    of the new text where its first change is."""
+    sections = new.sections(j)
+    out = []
+    for p in word_diff(old.r.text(i), new.r.text(j)):
+        inside = [k for k, s in enumerate(sections) if s.start <= p.at < max(s.end, s.start + 1)]
+        path: list[str] = []
+        k = max(inside, key=lambda k: sections[k].level) if inside else -1
+        while k >= 0:
+            if sections[k].level > 0 and sections[k].title:
+                path.insert(0, sections[k].title)
+            k = sections[k].parent
+        out.append({"section": " > ".join(path), "text": p.text, "from": p.start, "to": p.end})
+    return out
 
 
 def _doc_facts(c: PackContents, doc: int) -> dict[str, Any]:

@@ -25,11 +25,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbpack.pack.manifest import read_header
+from kbpack.pack.manifest import hash_hdf5_bytes, read_header
 from kbpack.pack.structure import Finding
 from kbpack.pack.write import _fsync_dir
 from kbpack.runtime import interrupt
@@ -269,9 +269,18 @@ def _missing_members(stem: Path, index: int, count: int, present: set[int]) -> l
     ]
 
 
-def set_findings(path: Path, manifest_extra: dict[str, Any]) -> tuple[list[Finding], str]:
+def set_findings(
+    path: Path,
+    manifest_extra: dict[str, Any],
+    *,
+    hash_members: bool = True,
+    checked_apart: Collection[Path] = (),
+) -> tuple[list[Finding], str]:
     """For a set member: ``([findings], note)`` on the other members beside it (each
-    present, of the same set, at its index). ``([], "")`` for a pack that is not in a set."""
+    present, of the same set, at its index, and whole: the size its manifest says and, with
+    ``hash_members``, the SHA-256 of its HDF5 bytes). Members in ``checked_apart`` are verified
+    in full by the same run, so their bytes are not read twice. ``([], "")`` for a pack that
+    is not in a set."""
     info = manifest_extra.get("set")
     if not isinstance(info, dict):
         return [], ""
@@ -289,6 +298,7 @@ def set_findings(path: Path, manifest_extra: dict[str, Any]) -> tuple[list[Findi
             )
         ], ""
     stem = path.with_name(m.group(1) + path.suffix)
+    apart = {Path(p).resolve() for p in checked_apart}
     # work bounded by the members present, not by the count a manifest claims: a count of
     # 1,000,000 made verify stat a million names and print a million lines (issue 30, found 7)
     present = _present_members(stem, count) - {index}
@@ -321,7 +331,36 @@ def set_findings(path: Path, manifest_extra: dict[str, Any]) -> tuple[list[Findi
                     "set-member-foreign", "/", f"{other.name} is not member {i} of set {set_id}"
                 )
             )
+            continue
+        if other.resolve() not in apart:
+            found.extend(_member_bytes(other, i, count, hash_members))
     note = f"member {index} of {count} of set {set_id}" + (
         "; every member is present" if not found else ""
     )
     return found, note
+
+
+def _member_bytes(member: Path, index: int, count: int, hash_bytes: bool) -> list[Finding]:
+    """Verify's byte check on another member: a truncated or damaged sibling fails the set."""
+    manifest = read_header(member).manifest
+    what = f"{member.name} (member {index} of {count})"
+    size = member.stat().st_size
+    if size != manifest.file_size:
+        cut = "truncated" if size < manifest.file_size else "has bytes appended"
+        return [
+            Finding(
+                "set-member-damaged",
+                "/",
+                f"{what} {cut}: {size} bytes, its manifest says {manifest.file_size}; "
+                "copy it again",
+            )
+        ]
+    if hash_bytes and hash_hdf5_bytes(member)[1] != manifest.hdf5_sha256:
+        return [
+            Finding(
+                "set-member-damaged",
+                "/",
+                f"{what}: the SHA-256 of its bytes differs from its manifest's; copy it again",
+            )
+        ]
+    return []

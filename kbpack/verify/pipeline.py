@@ -29,6 +29,7 @@ This module runs the steps in order; each lives in its own module of ``kbpack.ve
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,8 @@ CODES: dict[str, str] = {
     "set-member-missing": "another member of the pack set is not beside this one",
     "set-member-unreadable": "another member of the pack set has no readable header",
     "set-member-foreign": "a file named as a member of the set belongs to another set",
+    "set-member-damaged": "another member of the pack set is truncated, or its bytes differ "
+    "from its manifest's SHA-256",
     "set-publish-unfinished": "a member of the set was replaced by a publish that was cut short "
     "(the set's own member waits in a hidden backup beside it)",
 }
@@ -162,17 +165,24 @@ def verify_pack(
     deep: bool = False,
     locate_damage: bool = True,
     limits: Limits | None = None,
+    checked_apart: Collection[Path] = (),
 ) -> VerifyReport:
     """Run the five steps on ``path``. Raises UsageError only for what the user must fix
     (no such file, a bad key file); everything wrong with the pack is a finding.
 
     ``key``: trust only this public key (and require a signature). ``locate_damage=False``
     skips steps 3-5 when step 1 already failed (bulk damage tests); the report still fails.
+    A set member's siblings get the byte check (size only when ``quick``), except those in
+    ``checked_apart``: the same run verifies them in full.
     """
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
+        if (path / "SHA256SUMS").is_file() and (path / "install.sh").is_file():
+            raise UsageError(
+                f"{path}: is a bundle folder; check it with kbpack bundle --check {path}"
+            )
         raise UsageError(f"{path}: is a directory, not a pack")
     refuse_non_regular(path, path.stat().st_mode)  # a FIFO or a device would block or never end
     report = VerifyReport(str(path))
@@ -217,18 +227,25 @@ def verify_pack(
     if header is not None and report.status["bytes"] != "ok":
         classify_foreign_manifest(report, result)
     if header is not None:
-        _check_set(path, header.manifest.extra, report)
+        _check_set(path, header.manifest.extra, report, quick, checked_apart)
     if header is not None and not quick and report.intact:
         # the child read everything the first open's pre-flight reads: remember it
         remember_parsed(path, header, seen)
     return report
 
 
-def _check_set(path: Path, extra: dict[str, Any], report: VerifyReport) -> None:
-    """A member of a pack set (``build --split-size``): the other members must be beside it."""
+def _check_set(
+    path: Path,
+    extra: dict[str, Any],
+    report: VerifyReport,
+    quick: bool,
+    checked_apart: Collection[Path],
+) -> None:
+    """A member of a pack set (``build --split-size``): the other members must be beside it,
+    and whole (a member saying intact beside a truncated sibling would mislead)."""
     from kbpack.pack.set_publish import set_findings
 
-    found, note = set_findings(path, extra)
+    found, note = set_findings(path, extra, hash_members=not quick, checked_apart=checked_apart)
     if found:
         report.add("invariants", found)
     if note:

@@ -20,12 +20,32 @@ from kbpack.cli.commands.common import (
 )
 
 PREVIEW = 72  # characters of a chunk shown per line
+MAX_PASSAGES = 20  # changed passages shown per document; the rest are counted
+# the counts a reader of the summary cares about (terms_plus_one, terms_bytes, postings, ... are
+# the format's bookkeeping: in --json, not here)
+SHOWN_COUNTS = (  # "documents" is the line above them
+    "documents_ok",
+    "documents_failed",
+    "documents_skipped",
+    "sections",
+    "pages",
+    "chunks",
+    "vectors",
+    "pieces",
+    "terms",
+)
 
 
 @click.command()
 @click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("new", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--chunks/--no-chunks", default=True, help="List chunks added and removed.")
+@click.option(
+    "--chunks/--no-chunks",
+    default=True,
+    help="Show what changed inside changed documents: the changed passages as a word diff "
+    "([-old-]{+new+}, with context), or the chunks added and removed when only the chunking "
+    "changed.",
+)
 @json_option
 def diff(old: Path, new: Path, chunks: bool, as_json: bool) -> int:
     """Show what changed from OLD to NEW: documents, chunks, model, pipeline, format, sizes.
@@ -36,11 +56,11 @@ def diff(old: Path, new: Path, chunks: bool, as_json: bool) -> int:
     """
     from kbpack.ops.diff import diff_packs
 
-    d = diff_packs(old, new)
+    d = diff_packs(old, new, passages=chunks and not as_json)
     if as_json:
         emit_json(d.as_dict())
     else:
-        click.echo(render_diff(d.as_dict(), chunks))
+        click.echo(render_diff(d.as_dict(), chunks, d.passages))
     return 0 if d.same_content else 1
 
 
@@ -60,7 +80,11 @@ def _preview(text: str) -> str:
     return flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…"
 
 
-def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
+def render_diff(
+    d: dict[str, Any],
+    show_chunks: bool = True,
+    passages: dict[str, list[dict[str, Any]]] | None = None,
+) -> str:
     docs = d["documents"]
     rows = [
         ("old", _pack_line(d["old"])),
@@ -82,7 +106,8 @@ def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
                 old, new = ", ".join(old), ", ".join(new)
             rows.append((key, f"{old} -> {new}"))
     for key, change in d["counts"].items():
-        rows.append((key, f"{change['old']} -> {change['new']}"))
+        if key in SHOWN_COUNTS:
+            rows.append((key, f"{change['old']} -> {change['new']}"))
     rows.append(
         ("size", f"{human_size(d['size']['old'])} -> {human_size(d['size']['new'])}"),
     )
@@ -102,7 +127,15 @@ def render_diff(d: dict[str, Any], show_chunks: bool = True) -> str:
             f"({c['old']['chunks']} -> {c['new']['chunks']} chunks; "
             f"+{len(c['chunks_added'])} -{len(c['chunks_removed'])})"
         )
-        if show_chunks:
+        changed = (passages or {}).get(c["name"])
+        if show_chunks and changed:
+            for p in changed[:MAX_PASSAGES]:
+                if p["section"]:
+                    lines.append(f"      @@ {p['section']} @@")
+                lines.append(f"      {p['text']}")
+            if len(changed) > MAX_PASSAGES:
+                lines.append(f"      ... {len(changed) - MAX_PASSAGES} more changed passages")
+        elif show_chunks:  # the same text cut differently: the chunks say how
             lines.extend(f"      + {_preview(t)}" for t in c["chunks_added"])
             lines.extend(f"      - {_preview(t)}" for t in c["chunks_removed"])
     if d["same_content"]:

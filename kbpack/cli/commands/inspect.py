@@ -12,6 +12,7 @@ from kbpack.cli.commands.common import (
     Choice,
     emit_json,
     force_option,
+    grid,
     human_size,
     json_option,
     output_option,
@@ -23,11 +24,19 @@ from kbpack.pack import format as F
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "packs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
 @click.option("--sizes", is_flag=True, help="Bytes per element.")
 @json_option
-def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
-    """Show what PACK holds: format, counts, model stamp, sizes, failed documents."""
+def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
+    """Show what PACKS hold: format, counts, model stamp, sizes, failed documents.
+
+    Several packs, or a whole set (kbpack inspect docs-*.kbpack): one row each and the total.
+    """
+    if len(packs) > 1:
+        return _inspect_many(packs, as_json)
+    pack = packs[0]
     info = describe(pack)
     if as_json:
         emit_json(info)
@@ -105,6 +114,58 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
             f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
         )
     return 0
+
+
+def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
+    """One row per pack and the total; a pack that cannot be read is a row of its own (its
+    one-line error) and the exit status is the worst of them."""
+    from kbpack.errors import Exit, KbpackError
+
+    infos: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    worst = int(Exit.OK)
+    for p in packs:
+        try:
+            infos.append(describe(p))
+        except KbpackError as e:
+            errors[str(p)] = str(e)
+            worst = max(worst, int(e.exit_code))
+    if as_json:
+        emit_json({"packs": [*infos, *({"path": p, "error": m} for p, m in errors.items())]})
+        return worst
+    head = ["pack", "size", "documents", "chunks", "model", "signed", "set"]
+    rows = []
+    for info in infos:
+        c, m, prov = info["counts"], info["model"], info["provenance"]
+        member = prov.get("set")
+        rows.append(
+            [
+                info["path"],
+                human_size(info["file_size"]),
+                str(c["documents"]),
+                str(c["chunks"]),
+                f"{m['name']} {m['sha256'][:12]}" if m else "none",
+                "yes" if info["signed"] else "no",
+                f"{member['index']} of {member['count']} ({member['id']})" if member else "-",
+            ]
+        )
+    rows += [[p, "ERROR", "", "", "", "", ""] for p in errors]
+    total = [
+        f"total ({len(infos)} packs)",
+        human_size(sum(i["file_size"] for i in infos)),
+        str(sum(i["counts"]["documents"] for i in infos)),
+        str(sum(i["counts"]["chunks"] for i in infos)),
+        "",
+        "",
+        "",
+    ]
+    click.echo("\n".join(grid(head, [*rows, total])))
+    for message in errors.values():
+        click.echo(f"error: {message}")
+    models = {i["model"]["sha256"] if i["model"] else None for i in infos}
+    if len(models) > 1:
+        click.echo("note: the packs have different models: they cannot be searched as one")
+    return worst
 
 
 @click.command()

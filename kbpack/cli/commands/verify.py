@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json, json_option, output_option, table
+from kbpack.cli.commands.common import (
+    emit_json,
+    grid,
+    json_option,
+    output_option,
+    table,
+)
 
 _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 
 
 @click.command()
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("packs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--key",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -32,19 +39,47 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 )
 @json_option
 def verify(
-    pack: Path, key: Path | None, require_signature: bool, quick: bool, deep: bool, as_json: bool
+    packs: tuple[Path, ...],
+    key: Path | None,
+    require_signature: bool,
+    quick: bool,
+    deep: bool,
+    as_json: bool,
 ) -> int:
-    """Check PACK before trusting it: bytes, signature, structure, digests, invariants.
+    """Check PACKS before trusting them: bytes, signature, structure, digests, invariants.
 
-    Exit 0 when intact, 1 with findings, 2 on a usage error.
+    Several packs, or a whole set (kbpack verify docs-*.kbpack), give one summary table. A set
+    member also checks that every other member beside it is present and whole: its size and
+    the SHA-256 of its bytes (--quick: the size only; members given together are hashed once).
+    Exit 0 when every pack is intact, 1 with findings, 2 on a usage error (the worst of the
+    packs).
     """
+    if len(packs) == 1:
+        return _verify_one(packs[0], key, require_signature, quick, deep, as_json)
+    return _verify_many(packs, key, require_signature, quick, deep, as_json)
+
+
+def _check(
+    pack: Path, key: Path | None, require: bool, quick: bool, deep: bool, apart: tuple[Path, ...]
+) -> Any:
     from kbpack.pack.verified import identity, remember_verified
-    from kbpack.verify.pipeline import STEPS, verify_pack
+    from kbpack.verify.pipeline import verify_pack
 
     before = identity(pack)  # the pack as it is now: a pass is remembered for this one only
-    report = verify_pack(pack, key=key, require_signature=require_signature, quick=quick, deep=deep)
+    report = verify_pack(
+        pack, key=key, require_signature=require, quick=quick, deep=deep, checked_apart=apart
+    )
     if report.intact and not quick:
         remember_verified(pack, before)  # so that query stops suggesting verify
+    return report
+
+
+def _verify_one(
+    pack: Path, key: Path | None, require_signature: bool, quick: bool, deep: bool, as_json: bool
+) -> int:
+    from kbpack.verify.pipeline import STEPS
+
+    report = _check(pack, key, require_signature, quick, deep, ())
     if as_json:
         emit_json(report.as_dict())
         return 0 if report.intact else 1
@@ -64,6 +99,58 @@ def verify(
     for f in findings:
         click.echo(f"  {f}")
     return 1
+
+
+def _verify_many(
+    packs: tuple[Path, ...],
+    key: Path | None,
+    require_signature: bool,
+    quick: bool,
+    deep: bool,
+    as_json: bool,
+) -> int:
+    """Every pack in turn (each set member's siblings given here are verified in full once, not
+    also hashed as siblings); one row each, then the findings; exit status the worst."""
+    from kbpack.errors import Exit, UsageError
+
+    results: list[dict[str, Any]] = []
+    worst = int(Exit.OK)
+    for pack in packs:
+        try:
+            report = _check(pack, key, require_signature, quick, deep, packs)
+        except UsageError as e:  # this one cannot be checked; the others still are
+            results.append({"path": str(pack), "intact": False, "error": str(e)})
+            worst = max(worst, int(e.exit_code))
+            continue
+        results.append(report.as_dict())
+        if not report.intact:
+            worst = max(worst, int(Exit.FAILURE))
+    intact = sum(1 for r in results if r["intact"])
+    if as_json:
+        emit_json({"intact": intact == len(results), "packs": results})
+        return worst
+    rows = [["pack", "result", "signature", "set"]]
+    for r in results:
+        if "error" in r:
+            rows.append([r["path"], "ERROR", "-", "-"])
+            continue
+        n = len(r["findings"])
+        result = "intact" if r["intact"] else f"FAILED ({n} finding{'s' if n != 1 else ''})"
+        sig = r["signature"]["status"] if r["signature"] else "-"
+        member = next((x for x in r["notes"] if x.startswith("member ")), "-")
+        rows.append([r["path"], result, sig, member.split(";")[0]])
+    click.echo("\n".join(grid(rows[0], rows[1:])))
+    for r in results:
+        if "error" in r:
+            click.echo(f"{r['path']}: {r['error'].removeprefix(r['path'] + ': ')}")
+        for f in r.get("findings", []):
+            click.echo(f"{r['path']}: {f['code']} {f['path']}: {f['detail']}")
+        for note in r.get("notes", []):
+            if not note.startswith("member "):
+                click.echo(f"{r['path']}: note: {note}")
+    quick_note = " (quick: digests and invariants not checked)" if quick else ""
+    click.echo(f"{intact} of {len(results)} packs intact{quick_note}")
+    return worst
 
 
 @click.command()
@@ -91,7 +178,7 @@ def keygen(stem: Path, as_json: bool) -> int:
 
 
 @click.command()
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("packs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--key",
     required=True,
@@ -99,18 +186,55 @@ def keygen(stem: Path, as_json: bool) -> int:
     help="Secret key (.key) from kbpack keygen.",
 )
 @json_option
-def sign(pack: Path, key: Path, as_json: bool) -> int:
-    """Sign PACK's manifest in place; the HDF5 bytes are not touched."""
+def sign(packs: tuple[Path, ...], key: Path, as_json: bool) -> int:
+    """Sign each of PACKS' manifests in place; the HDF5 bytes are not touched.
+
+    Every pack is checked to be a file before any is signed. A set's members are signed one by
+    one (kbpack sign docs-*.kbpack); signing only some of them is said.
+    """
     from kbpack.errors import UsageError
     from kbpack.pack.manifest import refuse_non_regular
+    from kbpack.pack.set_publish import set_info
     from kbpack.pack.sign import sign_pack
 
-    if not pack.exists():
-        raise UsageError(f"{pack}: no such file")
-    refuse_non_regular(pack, pack.stat().st_mode)
-    kid = sign_pack(pack, key)
+    for pack in packs:
+        if not pack.exists():
+            raise UsageError(f"{pack}: no such file")
+        refuse_non_regular(pack, pack.stat().st_mode)
+    signed = [{"path": str(pack), "key_id": sign_pack(pack, key)} for pack in packs]
+    notes = _unsigned_members(packs, set_info)
     if as_json:
-        emit_json({"path": str(pack), "key_id": kid})
-    else:
-        click.echo(f"{pack}: signed by key {kid}")
+        emit_json(signed[0] if len(packs) == 1 else {"packs": signed, "notes": notes})
+        return 0
+    for s in signed:
+        click.echo(f"{s['path']}: signed by key {s['key_id']}")
+    for note in notes:
+        click.echo(f"note: {note}")
     return 0
+
+
+def _unsigned_members(packs: tuple[Path, ...], set_info: Any) -> list[str]:
+    """Members of the sets signed here that were not given: a reader requiring signatures
+    would refuse them."""
+    from kbpack.pack.set_publish import member_path
+
+    given = {p.resolve() for p in packs}
+    notes: list[str] = []
+    seen: set[str] = set()
+    for pack in packs:
+        info = set_info(pack)
+        if info is None or info["id"] in seen:
+            continue
+        seen.add(info["id"])
+        stem = pack.with_name(pack.stem.rsplit("-", 1)[0] + pack.suffix)
+        missing = [
+            member_path(stem, i).name
+            for i in range(1, info["count"] + 1)
+            if member_path(stem, i).resolve() not in given
+        ]
+        if missing:
+            notes.append(
+                f"{', '.join(missing)} of the same set not signed: "
+                f"kbpack sign {stem.stem}-*{stem.suffix} --key KEY signs the whole set"
+            )
+    return notes
