@@ -269,3 +269,25 @@ def test_dry_run_counts_estimates_and_writes_nothing(
     for label in ("dry run", "documents", "chunks", "pieces", "to embed", "speed", "time"):
         assert label in human
     assert "pack size  ~" in human and not (tmp_path / "h.kbpack").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--embed-cache-max", "lots"], "--embed-cache-max lots: write a size such as 2G"),
+        (["--dry-run", "--split-size", "2G"], "--dry-run estimates a plain build"),
+    ],
+)
+def test_bad_cache_size_and_dry_run_combinations_are_one_line(
+    args: list[str], says: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from kbpack.cli.main import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# A\n\nsome text\n")
+    with pytest.raises(SystemExit) as e:
+        main(["build", str(src), "-o", str(tmp_path / "a.kbpack"), "--no-vectors", *args])
+    _, err = capfd.readouterr()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "a.kbpack").exists()
