@@ -14,6 +14,8 @@ import threading
 import time
 from typing import TextIO
 
+from kbpack.runtime.terminal import printable
+
 TICK_S = 1.0  # the ticker's period: something on the screen changes at least this often
 
 
@@ -150,7 +152,7 @@ class Progress:
     def _draw(self) -> None:
         with self._lock:
             now = time.monotonic()
-            line = self._line
+            line = printable(self._line)  # a stage's detail may carry a file's name
             if self._eta_at is not None:  # counts down between updates, so it moves too
                 line += f"  ETA ~{duration(max(0.0, self._eta_at - now))}"
             line += f"  [{duration(now - self._t0)}]"

@@ -15,11 +15,13 @@ from kbpack.cli.commands.common import (
     human_size,
     json_option,
     output_option,
+    say,
     table,
 )
 from kbpack.ops.inspect import describe as describe
 from kbpack.ops.inspect import element_bytes as element_bytes
 from kbpack.pack import format as F
+from kbpack.runtime.terminal import json_printable, printable
 
 
 @click.command()
@@ -89,19 +91,17 @@ def inspect(pack: Path, sizes: bool, as_json: bool) -> int:
     if "set" in prov:
         s = prov["set"]
         rows.append(("pack set", f"member {s['index']} of {s['count']} (set {s['id']})"))
-    click.echo(table(rows))
+    say(table(rows))
     if sizes:
-        click.echo("element bytes:")
-        click.echo(
-            table([(k, human_size(v)) for k, v in sorted(info["element_bytes"].items())], indent=2)
-        )
+        say("element bytes:")
+        say(table([(k, human_size(v)) for k, v in sorted(info["element_bytes"].items())], indent=2))
     for f in info["failed"]:
-        click.echo(f"  failed   {f['name']} ({f['stage']}): {f['reason']}")
+        say(f"  failed   {printable(f['name'])} ({f['stage']}): {f['reason']}")
     for f in info["skipped"]:
-        click.echo(f"  skipped  {f['name']}: {f['reason']}")
+        say(f"  skipped  {printable(f['name'])}: {f['reason']}")
     for st in info["stale"]:
         n = len(st["documents"])
-        click.echo(
+        say(
             f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
         )
     return 0
@@ -141,7 +141,7 @@ def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> i
             return 0
         with write_atomically(output) as f:
             for rec in iter_records(r, what):
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                f.write(json_printable(json.dumps(rec, ensure_ascii=False)) + "\n")
     return 0
 
 

@@ -13,6 +13,7 @@ from kbpack.cli.commands.common import (
     json_option,
     output_option,
     quiet_option,
+    say,
     show_progress,
     table,
 )
@@ -80,5 +81,5 @@ def merge(
         f"  dropped  {d['name']} of {d['dropped']} (kept {d['kept']})" for d in report.dropped
     )
     lines.extend(f"  note     {n}" for n in report.notes)
-    click.echo("\n".join(lines))
+    say("\n".join(lines))
     return 0

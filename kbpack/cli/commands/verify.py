@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import emit_json, json_option, output_option, table
+from kbpack.cli.commands.common import emit_json, json_option, output_option, say, table
 
 _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 
@@ -52,17 +52,17 @@ def verify(
     for step in STEPS:
         status = report.status.get(step, "skipped")
         rows.append((step, f"{_MARK[status]:<6}  {report.summary.get(step, '')}".rstrip()))
-    click.echo(f"{pack}")
-    click.echo(table(rows, indent=2))
+    say(f"{pack}")
+    say(table(rows, indent=2))
     for note in report.notes:
-        click.echo(f"  note: {note}")
+        say(f"  note: {note}")
     findings = report.findings
     if not findings:
-        click.echo("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
+        say("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
         return 0
-    click.echo(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
+    say(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
     for f in findings:
-        click.echo(f"  {f}")
+        say(f"  {f}")
     return 1
 
 
@@ -81,12 +81,12 @@ def keygen(stem: Path, as_json: bool) -> int:
     if as_json:
         emit_json({"secret_key": str(secret), "public_key": str(public), "key_id": kid})
         return 0
-    click.echo(
+    say(
         table(
             [("secret key", f"{secret} (keep it private)"), ("public key", public), ("key id", kid)]
         )
     )
-    click.echo(f"Give {public.name} to whoever verifies: kbpack verify PACK --key {public.name}")
+    say(f"Give {public.name} to whoever verifies: kbpack verify PACK --key {public.name}")
     return 0
 
 
@@ -112,5 +112,5 @@ def sign(pack: Path, key: Path, as_json: bool) -> int:
     if as_json:
         emit_json({"path": str(pack), "key_id": kid})
     else:
-        click.echo(f"{pack}: signed by key {kid}")
+        say(f"{pack}: signed by key {kid}")
     return 0
