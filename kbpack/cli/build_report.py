@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kbpack.cli.plain_text import human_size, table
+from kbpack.runtime.terminal import printable
 
 
 def render_signature(path: Path, s: dict[str, Any]) -> str:
@@ -108,13 +109,13 @@ def render_report(report: Any) -> str:
         rows.insert(2, ("left out", left))
     lines = [table(rows)]
     for f in report.failed:
-        lines.append(f"  failed   {f['name']}: {f['reason']}")
+        lines.append(f"  failed   {printable(f['name'])}: {f['reason']}")
     for f in report.skipped:
-        lines.append(f"  skipped  {f['name']}: {f['reason']}")
+        lines.append(f"  skipped  {printable(f['name'])}: {f['reason']}")
     for w in report.warnings:
-        lines.append(f"  warning  {w['name']}: {w['warning']}")
+        lines.append(f"  warning  {printable(w['name'])}: {w['warning']}")
     for p in report.problems:
-        lines.append(f"  chunking {p['name']}: {p['problem']}")
+        lines.append(f"  chunking {printable(p['name'])}: {p['problem']}")
     if report.truncated:
         lines.append(
             f"  warning  {report.truncated} embedded texts were truncated to the model window"

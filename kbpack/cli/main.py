@@ -20,8 +20,10 @@ from typing import Any
 
 import click
 
+from kbpack.cli.commands.common import say
 from kbpack.errors import Exit
 from kbpack.runtime import interrupt
+from kbpack.runtime.terminal import printable
 from kbpack.version import __version__
 
 # The exit codes, once. README's table is checked against this (tests/test_cli_contract.py).
@@ -189,6 +191,19 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+class _Printable:
+    """A stream whose writes are escaped like ``say``'s, for click's own messages."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self.stream.write(printable(text, lines=True)))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 class CommandError(click.ClickException):
     """A library error as the CLI shows it: one line on stderr, the error's exit code."""
 
@@ -197,7 +212,7 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"kbpack: error: {self.message}", err=True)
+        say(f"kbpack: error: {self.message}", err=True)
 
 
 class Interrupted(click.ClickException):
@@ -207,7 +222,7 @@ class Interrupted(click.ClickException):
         super().__init__("interrupted")
 
     def show(self, file: Any = None) -> None:
-        click.echo(interrupted_line(), err=True)
+        say(interrupted_line(), err=True)
 
 
 def interrupted_line() -> str:
@@ -309,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
             interrupt.request()
             code = Exit.OK  # reported just below
         if interrupt.requested() and code != Exit.INTERRUPTED:
-            click.echo(interrupted_line(), err=True)
+            say(interrupted_line(), err=True)
             code = Exit.INTERRUPTED
     finally:
         sys.unraisablehook = old_hook
@@ -349,15 +364,16 @@ def _run(argv: list[str] | None) -> int:
         rv = cli.main(args=argv, prog_name="kbpack", standalone_mode=False)
         return rv if isinstance(rv, int) else Exit.OK
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo(interrupted_line(), err=True)
+        say(interrupted_line(), err=True)
         return Exit.INTERRUPTED
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.ClickException as e:
-        e.show()
+        # click's own messages quote what was typed
+        e.show(_Printable(sys.stderr))  # type: ignore[arg-type]
         return Exit.USAGE if isinstance(e, click.UsageError) else e.exit_code
     except KbpackError as e:  # raised outside a command (should not happen; kept as a net)
-        click.echo(f"kbpack: error: {e}", err=True)
+        say(f"kbpack: error: {e}", err=True)
         return e.exit_code
     except BrokenPipeError:
         # the reader went away (| head): not an error; keep Python from complaining at exit
@@ -367,7 +383,7 @@ def _run(argv: list[str] | None) -> int:
         if os.environ.get("KBPACK_DEBUG"):
             raise
         first = (str(e).strip().splitlines() or [""])[0]
-        click.echo(
+        say(
             f"kbpack: internal error: {type(e).__name__}: {first} (KBPACK_DEBUG=1 shows the traceback)",
             err=True,
         )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from kbpack.runtime.terminal import printable
+
 QUOTE_CHARS = 600  # a quote longer than this is cut (with " …") unless --full
 
 
@@ -85,17 +87,11 @@ def quote(content: str, limit: int | None, width: int = 96) -> str:
     return "\n".join(blocks)
 
 
-# C0 and C1 control characters as visible escapes: an ESC in a document's name must not reach
-# the terminal raw, a CR must not overwrite the line.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
-_CONTROL_KEEP_LINES = {c: e for c, e in _CONTROL.items() if chr(c) not in "\n\t"}
-
-
 def safe(field: str) -> str:
     """A one-line field (name, section, locator, query): every control character escaped."""
-    return field.translate(_CONTROL)
+    return printable(field)
 
 
 def safe_text(text: str) -> str:
     """Text shown as text: control characters escaped, newlines and tabs kept."""
-    return text.translate(_CONTROL_KEEP_LINES)
+    return printable(text, lines=True)

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import TextIO
 
+from kbpack.runtime.terminal import printable
+
 TICK_S = 1.0  # the ticker's period: something on the screen changes at least this often
 # The ETA's rate: tokens per second over this much recent time. Long enough to smooth a
 # document's extraction pause, short enough to follow a corpus whose texts change length.
@@ -195,7 +197,7 @@ class Progress:
     def _draw(self) -> None:
         with self._lock:
             now = time.monotonic()
-            line = self._line
+            line = printable(self._line)  # a stage's detail may carry a file's name
             if self._eta_at is not None:  # counts down between updates, so it moves too
                 line += f"  ETA ~{duration(max(0.0, self._eta_at - now))}"
             line += f"  [{duration(now - self._t0)}]"

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json, json_option, quiet_option, threads_option
+from kbpack.cli.commands.common import emit_json, json_option, quiet_option, say, threads_option
 from kbpack.cli.commands.query import QueryCommand
 from kbpack.errors import Exit, UsageError
 
@@ -108,7 +108,7 @@ def _ask(p: Any, question: str, llm: Path | None, kw: dict[str, Any]) -> int:
         # the model's draft as it comes, on stderr: stdout gets the checked answer
         nonlocal started
         if not started:
-            click.echo("model: ", err=True, nl=False)
+            say("model: ", err=True, nl=False)
             started = True
         sys.stderr.write(piece)
         sys.stderr.flush()
@@ -127,9 +127,9 @@ def _ask(p: Any, question: str, llm: Path | None, kw: dict[str, Any]) -> int:
         )
     finally:
         if started:
-            click.echo("", err=True)  # end the draft's line, also when Ctrl-C cut it
+            say("", err=True)  # end the draft's line, also when Ctrl-C cut it
     if kw["as_json"]:
         emit_json(a.as_dict())
     else:
-        click.echo(render_text(a))
+        say(render_text(a))
     return Exit.REFUSED if a.refused else Exit.OK

@@ -13,6 +13,7 @@ from kbpack.cli.commands.common import (
     json_option,
     output_option,
     quiet_option,
+    say,
     show_progress,
     threads_option,
 )
@@ -206,7 +207,7 @@ def _dry_run(opts: Any, progress: Any, as_json: bool, quiet: bool) -> int:
     if as_json:
         emit_json(result)
     elif not quiet:
-        click.echo(render_dry_run(result))
+        say(render_dry_run(result))
     return 0
 
 
@@ -306,9 +307,9 @@ def run_build_command(
         if as_json:
             emit_json({**report.as_dict(), "set": members.as_dict()})
         elif not quiet:
-            click.echo(render_report(report))
+            say(render_report(report))
             if listing := render_set_members(members):
-                click.echo(listing)
+                say(listing)
         return 1 if (strict and report.strict_failures()) else 0
     if reuse is not None:
         from kbpack.ops.update import update_pack
@@ -329,7 +330,7 @@ def run_build_command(
     if as_json:
         emit_json({**report.as_dict(), **({"signature": signature} if signature else {})})
     elif not quiet:
-        click.echo(render_report(report))
+        say(render_report(report))
         if signature:
-            click.echo(render_signature(report.path, signature))
+            say(render_signature(report.path, signature))
     return 1 if (strict and report.strict_failures()) else 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import emit_json, human_size, json_option, quiet_option, table
+from kbpack.cli.commands.common import emit_json, human_size, json_option, quiet_option, say, table
 
 
 @click.command()
@@ -71,16 +71,16 @@ def bundle(
             emit_json(result.as_dict())
         elif not quiet:
             for problem in result.problems:
-                click.echo(f"  FAILED  {problem}")
+                say(f"  FAILED  {problem}")
             for note in result.notes:
-                click.echo(f"  note    {note}")
+                say(f"  note    {note}")
             verdict = "intact" if result.ok else f"{len(result.problems)} problems"
-            click.echo(f"{folder}: {result.checked} files checked, {verdict}")
+            say(f"{folder}: {result.checked} files checked, {verdict}")
         return 0 if result.ok else 1
 
-    def say(line: str) -> None:
+    def progress(line: str) -> None:
         if not (quiet or as_json):
-            click.echo(line, err=True)
+            say(line, err=True)
 
     report = make_bundle(
         folder,
@@ -88,7 +88,7 @@ def bundle(
         find_links=find_links,
         no_index=no_index,
         llm=llm,
-        say=say,
+        say=progress,
     )
     if as_json:
         emit_json(report.as_dict())
@@ -103,6 +103,6 @@ def bundle(
         ("models", ", ".join(report.models) or "-"),
         ("time", f"{report.seconds:.0f}s"),
     ]
-    click.echo(table(rows))
-    click.echo(f"On the air-gapped machine: sh {folder}/install.sh ~/kbpack")
+    say(table(rows))
+    say(f"On the air-gapped machine: sh {folder}/install.sh ~/kbpack")
     return 0

@@ -17,6 +17,7 @@ from kbpack.cli.commands.common import (
     json_option,
     output_option,
     query_model_option,
+    say,
     threads_option,
 )
 from kbpack.ops import evaluate as E
@@ -113,7 +114,7 @@ def calibrate(
     if as_json:
         emit_json(report)
     else:
-        click.echo(render_calibration(report, rows, best))
+        say(render_calibration(report, rows, best))
     return 0
 
 

@@ -12,6 +12,7 @@ import click
 
 from kbpack.cli.plain_text import human_size as human_size  # re-exported: the commands' import
 from kbpack.cli.plain_text import table as table
+from kbpack.runtime.terminal import json_printable, printable
 from kbpack.schema import SCHEMA as SCHEMA  # re-exported: the commands take it from here
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -96,18 +97,26 @@ def command_name() -> str:
     return " ".join(ctx.command_path.split()[1:]) if ctx else ""
 
 
+def say(text: str, err: bool = False) -> None:
+    """Every human-readable line kbpack prints: through ``printable`` (control and bidi
+    characters escaped, newlines and tabs kept), so no byte of a pack or a file name reaches
+    the terminal raw (issue 30). Fields that must stay on one line (names) are escaped with
+    ``printable(name)`` where they are formatted."""
+    click.echo(printable(text, lines=True), err=err)
+
+
 def envelope(body: Mapping[str, Any]) -> dict[str, Any]:
     """Every JSON document kbpack prints starts with ``schema`` and ``command`` (spec/JSON.md)."""
     return {"schema": SCHEMA, "command": command_name(), **body}
 
 
 def emit_json(obj: Mapping[str, Any]) -> None:
-    click.echo(json.dumps(envelope(obj), ensure_ascii=False, indent=2, default=str))
+    click.echo(json_printable(json.dumps(envelope(obj), ensure_ascii=False, indent=2, default=str)))
 
 
 def emit_json_line(obj: Mapping[str, Any]) -> None:
     """One compact JSON document per line (--batch, export --json): the same envelope."""
-    click.echo(json.dumps(envelope(obj), ensure_ascii=False, default=str))
+    click.echo(json_printable(json.dumps(envelope(obj), ensure_ascii=False, default=str)))
 
 
 def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:

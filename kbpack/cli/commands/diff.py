@@ -14,10 +14,12 @@ from kbpack.cli.commands.common import (
     json_option,
     output_option,
     quiet_option,
+    say,
     show_progress,
     table,
     threads_option,
 )
+from kbpack.runtime.terminal import printable
 
 PREVIEW = 72  # characters of a chunk shown per line
 MAX_PASSAGES = 20  # changed passages shown per document; the rest are counted
@@ -60,7 +62,7 @@ def diff(old: Path, new: Path, chunks: bool, as_json: bool) -> int:
     if as_json:
         emit_json(d.as_dict())
     else:
-        click.echo(render_diff(d.as_dict(), chunks, d.passages))
+        say(render_diff(d.as_dict(), chunks, d.passages))
     return 0 if d.same_content else 1
 
 
@@ -118,12 +120,12 @@ def render_diff(
         )
     lines = [table(rows)]
     for name in docs["added"]:
-        lines.append(f"  + {name}")
+        lines.append(f"  + {printable(name)}")
     for name in docs["removed"]:
-        lines.append(f"  - {name}")
+        lines.append(f"  - {printable(name)}")
     for c in d["changes"]:
         lines.append(
-            f"  ~ {c['name']}: {', '.join(c['what'])} "
+            f"  ~ {printable(c['name'])}: {', '.join(c['what'])} "
             f"({c['old']['chunks']} -> {c['new']['chunks']} chunks; "
             f"+{len(c['chunks_added'])} -{len(c['chunks_removed'])})"
         )
@@ -209,7 +211,7 @@ def migrate(
     if as_json:
         emit_json(report.as_dict())
     elif not quiet:
-        click.echo(render_migration(report.as_dict()))
+        say(render_migration(report.as_dict()))
     return 0
 
 

@@ -15,6 +15,7 @@ from kbpack.cli.commands.common import (
     grid,
     json_option,
     query_model_option,
+    say,
     threads_option,
 )
 from kbpack.ops import evaluate as E
@@ -110,7 +111,7 @@ def eval_cmd(
     if as_json:
         emit_json(report)
     else:
-        click.echo(render_eval(report, qs))
+        say(render_eval(report, qs))
     return 0
 
 

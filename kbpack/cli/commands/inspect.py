@@ -16,11 +16,13 @@ from kbpack.cli.commands.common import (
     human_size,
     json_option,
     output_option,
+    say,
     table,
 )
 from kbpack.ops.inspect import describe as describe
 from kbpack.ops.inspect import element_bytes as element_bytes
 from kbpack.pack import format as F
+from kbpack.runtime.terminal import json_printable, printable
 
 
 @click.command()
@@ -98,19 +100,17 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
     if "set" in prov:
         s = prov["set"]
         rows.append(("pack set", f"member {s['index']} of {s['count']} (set {s['id']})"))
-    click.echo(table(rows))
+    say(table(rows))
     if sizes:
-        click.echo("element bytes:")
-        click.echo(
-            table([(k, human_size(v)) for k, v in sorted(info["element_bytes"].items())], indent=2)
-        )
+        say("element bytes:")
+        say(table([(k, human_size(v)) for k, v in sorted(info["element_bytes"].items())], indent=2))
     for f in info["failed"]:
-        click.echo(f"  failed   {f['name']} ({f['stage']}): {f['reason']}")
+        say(f"  failed   {printable(f['name'])} ({f['stage']}): {f['reason']}")
     for f in info["skipped"]:
-        click.echo(f"  skipped  {f['name']}: {f['reason']}")
+        say(f"  skipped  {printable(f['name'])}: {f['reason']}")
     for st in info["stale"]:
         n = len(st["documents"])
-        click.echo(
+        say(
             f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
         )
     return 0
@@ -159,12 +159,12 @@ def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
         "",
         "",
     ]
-    click.echo("\n".join(grid(head, [*rows, total])))
+    say("\n".join(grid(head, [*rows, total])))
     for message in errors.values():
-        click.echo(f"error: {message}")
+        say(f"error: {message}")
     models = {i["model"]["sha256"] if i["model"] else None for i in infos}
     if len(models) > 1:
-        click.echo("note: the packs have different models: they cannot be searched as one")
+        say("note: the packs have different models: they cannot be searched as one")
     return worst
 
 
@@ -202,7 +202,7 @@ def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> i
             return 0
         with write_atomically(output) as f:
             for rec in iter_records(r, what):
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                f.write(json_printable(json.dumps(rec, ensure_ascii=False)) + "\n")
     return 0
 
 

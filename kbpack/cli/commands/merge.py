@@ -13,6 +13,7 @@ from kbpack.cli.commands.common import (
     json_option,
     output_option,
     quiet_option,
+    say,
     show_progress,
     table,
 )
@@ -80,7 +81,7 @@ def merge(
         f"  dropped  {d['name']} of {d['dropped']} (kept {d['kept']})" for d in report.dropped
     )
     lines.extend(f"  note     {n}" for n in report.notes)
-    click.echo("\n".join(lines))
+    say("\n".join(lines))
     return 0
 
 
@@ -152,9 +153,9 @@ def split(
             else "none: the members are unsigned",
         ),
     ]
-    click.echo(table(rows))
+    say(table(rows))
     for m in s.members:
-        click.echo(f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)")
+        say(f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)")
     for note in report.as_dict()["notes"]:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
     return 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json, emit_json_line, output_option
+from kbpack.cli.commands.common import emit_json, emit_json_line, output_option, say
 from kbpack.errors import UsageError
 
 # What `model info` and `model import` accept: kbpack.model.identity's EMBEDDING_POOLINGS +
@@ -131,11 +131,11 @@ def embed(
         emit_json_line(doc)  # compact: vectors one per item, not one number per line
         return
     ident = embedder.identity
-    click.echo(f"model {ident.name} sha256:{ident.sha256[:16]} dims {ident.dims}")
+    say(f"model {ident.name} sha256:{ident.sha256[:16]} dims {ident.dims}")
     for text, n, vector in zip(items, counts, vectors, strict=True):
         cut = f", cut to {embedder.window}" if n > embedder.window else ""
         head = " ".join(f"{x:+.4f}" for x in vector[:6])
-        click.echo(f"{n} tokens{cut}  [{head} ...]  {_preview(text)}")
+        say(f"{n} tokens{cut}  [{head} ...]  {_preview(text)}")
 
 
 def _preview(text: str, width: int = 40) -> str:
@@ -151,4 +151,4 @@ def _emit(record: dict[str, Any], as_json: bool) -> None:
     for key, value in record.items():
         if key.endswith("_prefix"):
             value = repr(value)  # quoted: a prefix's trailing space matters
-        click.echo(f"{key:<{width}}  {'-' if value is None else value}")
+        say(f"{key:<{width}}  {'-' if value is None else value}")

@@ -16,9 +16,11 @@ from kbpack.cli.commands.common import (
     emit_json_line,
     json_option,
     quiet_option,
+    say,
     threads_option,
 )
 from kbpack.errors import Exit, KbpackError, UsageError
+from kbpack.runtime.terminal import printable
 
 KINDS = sorted(set(KIND_BY_SUFFIX.values()))
 
@@ -177,7 +179,7 @@ def _answer(p: Any, text: tuple[str, ...], batch: Any, kw: dict[str, Any]) -> in
     else:
         from kbpack.cli.render import render  # not needed for --json
 
-        click.echo(render(resp, full=kw["full"] or kw["context"] == "section"))
+        say(render(resp, full=kw["full"] or kw["context"] == "section"))
     return Exit.OK if resp.answered else Exit.REFUSED
 
 
@@ -189,7 +191,7 @@ def _verify_hint(p: Any) -> None:
     readers = getattr(p, "readers", None) or [p.reader]
     never = [r.path for r in readers if not was_verified(r.path, r.manifest.hdf5_sha256)]
     if never:
-        click.echo(hint(never), err=True)
+        say(hint(never), err=True)
 
 
 def _check_mode(p: Any, mode: str) -> None:
@@ -269,8 +271,8 @@ def _prompt(p: Any, resp: Any, kw: dict[str, Any]) -> int:
     if kw["as_json"]:
         emit_json(prompt.as_dict())
     else:
-        click.echo(prompt.text)
-        click.echo("\n--- citations (kept outside the prompt) ---", err=True)
+        say(prompt.text)
+        say("\n--- citations (kept outside the prompt) ---", err=True)
         for c in prompt.citations:
-            click.echo(f"[{c['n']}] {c['locator']}", err=True)
+            say(f"[{c['n']}] {printable(c['locator'])}", err=True)
     return Exit.OK if prompt.answered else Exit.REFUSED

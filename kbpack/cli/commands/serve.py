@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kbpack.cli.commands.common import emit_json_line, json_option, quiet_option, stderr_is_tty
+from kbpack.cli.commands.common import say as echo
 from kbpack.errors import UsageError
 
 SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
@@ -94,7 +95,7 @@ def serve(
     # progress on a terminal only; the summary unless --quiet; the URL line always
     def say(msg: str) -> None:
         if not (quiet or as_json):
-            click.echo(msg, err=True)
+            echo(msg, err=True)
 
     progress = say if stderr_is_tty() else None
     library = Library(list(packs), model=model, verify=not no_verify, on_progress=progress)
@@ -135,7 +136,7 @@ def serve(
                 say(f"  {p.name}: {p.path} ({state})")
                 for note in p.searcher.notes:
                     say(f"    note: {note}")
-            click.echo(f"kbpack serve: {url}")
+            echo(f"kbpack serve: {url}")
             say("Ctrl-C stops the server")
             sys.stdout.flush()
         if open_browser:

@@ -12,6 +12,7 @@ from kbpack.cli.commands.common import (
     grid,
     json_option,
     output_option,
+    say,
     table,
 )
 
@@ -87,17 +88,17 @@ def _verify_one(
     for step in STEPS:
         status = report.status.get(step, "skipped")
         rows.append((step, f"{_MARK[status]:<6}  {report.summary.get(step, '')}".rstrip()))
-    click.echo(f"{pack}")
-    click.echo(table(rows, indent=2))
+    say(f"{pack}")
+    say(table(rows, indent=2))
     for note in report.notes:
-        click.echo(f"  note: {note}")
+        say(f"  note: {note}")
     findings = report.findings
     if not findings:
-        click.echo("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
+        say("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
         return 0
-    click.echo(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
+    say(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
     for f in findings:
-        click.echo(f"  {f}")
+        say(f"  {f}")
     return 1
 
 
@@ -139,17 +140,17 @@ def _verify_many(
         sig = r["signature"]["status"] if r["signature"] else "-"
         member = next((x for x in r["notes"] if x.startswith("member ")), "-")
         rows.append([r["path"], result, sig, member.split(";")[0]])
-    click.echo("\n".join(grid(rows[0], rows[1:])))
+    say("\n".join(grid(rows[0], rows[1:])))
     for r in results:
         if "error" in r:
-            click.echo(f"{r['path']}: {r['error'].removeprefix(r['path'] + ': ')}")
+            say(f"{r['path']}: {r['error'].removeprefix(r['path'] + ': ')}")
         for f in r.get("findings", []):
-            click.echo(f"{r['path']}: {f['code']} {f['path']}: {f['detail']}")
+            say(f"{r['path']}: {f['code']} {f['path']}: {f['detail']}")
         for note in r.get("notes", []):
             if not note.startswith("member "):
-                click.echo(f"{r['path']}: note: {note}")
+                say(f"{r['path']}: note: {note}")
     quick_note = " (quick: digests and invariants not checked)" if quick else ""
-    click.echo(f"{intact} of {len(results)} packs intact{quick_note}")
+    say(f"{intact} of {len(results)} packs intact{quick_note}")
     return worst
 
 
@@ -168,12 +169,12 @@ def keygen(stem: Path, as_json: bool) -> int:
     if as_json:
         emit_json({"secret_key": str(secret), "public_key": str(public), "key_id": kid})
         return 0
-    click.echo(
+    say(
         table(
             [("secret key", f"{secret} (keep it private)"), ("public key", public), ("key id", kid)]
         )
     )
-    click.echo(f"Give {public.name} to whoever verifies: kbpack verify PACK --key {public.name}")
+    say(f"Give {public.name} to whoever verifies: kbpack verify PACK --key {public.name}")
     return 0
 
 
@@ -207,9 +208,9 @@ def sign(packs: tuple[Path, ...], key: Path, as_json: bool) -> int:
         emit_json(signed[0] if len(packs) == 1 else {"packs": signed, "notes": notes})
         return 0
     for s in signed:
-        click.echo(f"{s['path']}: signed by key {s['key_id']}")
+        say(f"{s['path']}: signed by key {s['key_id']}")
     for note in notes:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
     return 0
 
 
