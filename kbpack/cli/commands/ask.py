@@ -12,6 +12,7 @@ import click
 from kbpack.cli.commands.common import emit_json, json_option, quiet_option, say, threads_option
 from kbpack.cli.commands.query import QueryCommand
 from kbpack.errors import Exit, UsageError
+from kbpack.runtime.terminal import printable
 
 
 @click.command(cls=QueryCommand)
@@ -108,9 +109,9 @@ def _ask(p: Any, question: str, llm: Path | None, kw: dict[str, Any]) -> int:
         # the model's draft as it comes, on stderr: stdout gets the checked answer
         nonlocal started
         if not started:
-            say("model: ", err=True, nl=False)
+            click.echo("model: ", err=True, nl=False)
             started = True
-        sys.stderr.write(piece)
+        sys.stderr.write(printable(piece, lines=True))  # the model may echo a pack's bytes
         sys.stderr.flush()
 
     try:
