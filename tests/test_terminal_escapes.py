@@ -70,7 +70,9 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (plain / "ok.md").write_text("# Ok\n\nThe pump seal alarm is cleared by holding reset.\n")
     shutil.copytree(plain, hostile)
     for i, name in enumerate(NAMES):
-        (hostile / name).write_text(f"{TEXT}\nValve {i} of the pump.\n")  # not copies
+        # one paragraph per file (not copies, and not a block repeated across the folder,
+        # which a build drops as a banner: kbpack/extract/repeated.py)
+        (hostile / name).write_text(f"{TEXT.rstrip()} Valve {i} of the pump.\n")
     (hostile / FAILED).write_bytes(b"not a pdf at all")
     return {"root": root, "plain": plain, "src": hostile, "cache": root / "cache"}
 
