@@ -28,6 +28,7 @@ cover. ``wordfreq`` is maintained frequency data for 40+ languages, not a hand-m
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 
 RARE_ZIPF = 2.0
@@ -73,16 +74,42 @@ def language(words: Sequence[str]) -> str:
 def absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
     """The query's words, as typed, that the pack never mentions and that are rare in the
     query's language (the rule above). ``in_pack(word)``: some chunk holds a term the pack's
-    analyzer makes of ``word``."""
+    analyzer makes of ``word``. The frequency lists are read only when some word is not in
+    the pack (a query whose words the pack all holds never loads them)."""
     words = letter_words(query)
-    if not words:
+    missing = [w for w in words if not in_pack(w)]
+    if not missing:
         return []
+    _wait_preload()
     lang = language(words)
     out = []
-    for word in words:
+    for word in missing:
         z = _zipf(word, lang)
-        if z >= RARE_ZIPF or (_CAMEL.search(word) and z <= 0.0):
-            continue
-        if not in_pack(word):
+        if z < RARE_ZIPF and not (_CAMEL.search(word) and z <= 0.0):
             out.append(word)
     return out
+
+
+_preload: threading.Thread | None = None
+
+
+def preload() -> None:
+    """Start reading the frequency lists in a thread (~0.8 s, once per process) so that a cold
+    query reads them while it waits for its model, not after."""
+    global _preload
+    if _preload is None:
+        _preload = threading.Thread(target=_load_lists, name="kbpack-wordfreq", daemon=True)
+        _preload.start()
+
+
+def _load_lists() -> None:
+    try:
+        for lang in LANGUAGES:
+            _zipf("the", lang)
+    except Exception:  # raised again, where it matters, by the query's own lookup
+        pass
+
+
+def _wait_preload() -> None:
+    if _preload is not None:
+        _preload.join()

@@ -35,6 +35,7 @@ from kbpack.pack.bm25_store import TermLookup
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.pack.vector_scan import simsimd_module, sorted_unique
 from kbpack.search.absent import NEAR_DISTANCE, absent_words
+from kbpack.search.absent import preload as preload_word_lists
 from kbpack.search.bm25 import BM25Index, accumulate, length_norms, read_term_lists
 from kbpack.search.bm25_top import Term, scores_at, top_k_exact
 from kbpack.search.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
@@ -537,7 +538,7 @@ class Searcher:
         words = set(analyzed_content_terms(query, self.analyzer_name))
         foreign = foreign_query(query)
         suggestions = self.spelling(query)
-        not_in_pack = self.absent_words(query)
+        preload_word_lists()  # read while the model loads: absent_words needs them below
         if mode != "bm25":
             self._read_ahead()
 
@@ -568,6 +569,7 @@ class Searcher:
             ordered = [(int(c), float(sims[c])) for c in de_ids]
         else:
             ordered = [(int(c), float(x)) for c, x in zip(bm_ids, bm_scores, strict=True)]
+        not_in_pack = self.absent_words(query)
         # the refusal distance is the chunk's own (with pieces it differs from 1 - score)
         distances = None if sims is None else self.dense_distances(query)
         dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
