@@ -591,7 +591,7 @@ class Searcher:
         # "the"; a query in a language the model does not read) each result needs its content
         # word. Several packs searched as one: each pack answers or not by its own threshold.
         answering: set[int] = set()
-        if refuse and not (self.use_absent and self._absent_vetoes(not_in_pack, dist)):
+        if refuse and not (self.use_absent and self.absent_vetoes(not_in_pack, dist)):
             for c, _ in ordered:
                 who = self._answerer(c)
                 if who not in answering and evidence(c):
@@ -674,7 +674,7 @@ class Searcher:
         return 0
 
     @staticmethod
-    def _absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
+    def absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
         """A word the pack never mentions refuses the query unless some candidate is at most
         ``NEAR_DISTANCE`` from it (none is, without distances: bm25 mode)."""
         return bool(not_in_pack) and min(dist.values(), default=2.0) > NEAR_DISTANCE
