@@ -53,6 +53,9 @@ CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
+# not_in_pack: a word this long one edit from a pack term is that term mistyped; a shorter
+# one is as often another name (zsh, fzf, tmux sit one edit from common short words)
+TYPO_MIN_LETTERS = 5
 ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
 # the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
 # by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for
@@ -665,9 +668,20 @@ class Searcher:
 
     def absent_words(self, query: str) -> list[str]:
         """The query's words this pack never mentions that are rare in the query's language
-        (``kbpack.search.absent``)."""
+        (``kbpack.search.absent``), less the typos of words it holds (``typo_of_pack_word``)."""
         terms = analyzer(self.analyzer_name).terms
-        return absent_words(query, lambda w: any(self.doc_freq(t) > 0 for t in terms(w)))
+        found = absent_words(query, lambda w: any(self.doc_freq(t) > 0 for t in terms(w)))
+        return [w for w in found if not self.typo_of_pack_word(w)]
+
+    def typo_of_pack_word(self, word: str) -> bool:
+        """``word`` (of ``TYPO_MIN_LETTERS`` letters or more) is one edit from a term of the pack
+        (a did-you-mean suggestion at distance 1): "jurnal" is journal mistyped, not a name the
+        pack never mentions. Refusing it would contradict the suggestion shown beside it."""
+        term = tokenize(word)[:1]
+        if not term or len(term[0]) < TYPO_MIN_LETTERS or not checkable(term[0]):
+            return False
+        found = best_suggestions(term[0], self.near_terms(term[0]))
+        return found is not None and any(d == 1 for _, d, _ in found.did_you_mean)
 
     def _answerer(self, chunk: int) -> int:
         """Which pack decides whether ``chunk`` may be shown (a set: the chunk's own)."""
