@@ -34,7 +34,7 @@ from kbpack.pack import format as F
 from kbpack.pack.bm25_store import TermLookup
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.pack.vector_scan import simsimd_module, sorted_unique
-from kbpack.search.absent import NEAR_DISTANCE, absent_words
+from kbpack.search.absent import NEAR_DISTANCE, absent_words, letter_words
 from kbpack.search.absent import preload as preload_word_lists
 from kbpack.search.bm25 import BM25Index, accumulate, length_norms, read_term_lists
 from kbpack.search.bm25_top import Term, scores_at, top_k_exact
@@ -541,8 +541,9 @@ class Searcher:
         words = set(analyzed_content_terms(query, self.analyzer_name))
         foreign = foreign_query(query)
         suggestions = self.spelling(query)
-        preload_word_lists()  # read while the model loads: absent_words needs them below
         if mode != "bm25":
+            if self._misses_a_word(query):  # absent_words below reads the lists: start now,
+                preload_word_lists()  # while the model loads
             self._read_ahead()
 
         lexical_only = mode != "bm25" and self.embedder is None  # waits for a running load
@@ -665,6 +666,11 @@ class Searcher:
             suggestions=suggestions,
             not_in_pack=not_in_pack,
         )
+
+    def _misses_a_word(self, query: str) -> bool:
+        """Some letters-only query word is in no chunk (only then are the word lists read)."""
+        terms = analyzer(self.analyzer_name).terms
+        return any(not any(self.doc_freq(t) > 0 for t in terms(w)) for w in letter_words(query))
 
     def absent_words(self, query: str) -> list[str]:
         """The query's words this pack never mentions that are rare in the query's language
