@@ -13,7 +13,7 @@ punctuation from the end, then a possessive ``'s``):
    language is below ``RARE_ZIPF`` (2: about once in 10 million words). The query's language
    is the one of ``LANGUAGES`` whose Zipf values, summed over the query's letters-only words,
    are highest (English on a tie);
-4. it is no typo of a pack word: not 5 letters or more and one edit (did-you-mean's distance
+4. it is no typo of a pack word: not 4 letters or more and one edit (did-you-mean's distance
    1) from a term of the pack ("jurnal" for journal; ``Searcher.typo_of_pack_word``);
 5. a CamelCase word (a lower-case letter followed by an upper-case one: GitLab, MaxRetries)
    counts only when the frequency lists know it at all (Zipf > 0 in that language): GitLab

@@ -53,9 +53,9 @@ CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
-# not_in_pack: a word this long one edit from a pack term is that term mistyped; a shorter
-# one is as often another name (zsh, fzf, tmux sit one edit from common short words)
-TYPO_MIN_LETTERS = 5
+# not_in_pack: a word this long one edit from a pack term is that term mistyped ("lgos" for
+# logs); a 3-letter word is one edit from too many words to say which (zsh from ssh)
+TYPO_MIN_LETTERS = 4
 ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
 # the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
 # by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for
