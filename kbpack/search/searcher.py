@@ -248,8 +248,8 @@ class Searcher:
         # False: ignore the pack's stored copy groups (/copies) and collapse identical words
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
-        # False: words the pack never mentions are reported but refuse nothing (bench/refusal.py's
-        # paired comparison); set before the first query
+        # False: words the pack never mentions are reported but refuse nothing
+        # (bench/shipped_search.py --no-absent, the paired comparison); set before a query
         self.use_absent = True
         self._dense_cache: tuple[str, DenseScores] | None = None
         self._indptr: np.ndarray | None = None  # /bm25/indptr, checked (``indptr``)
