@@ -1,138 +1,113 @@
-"""Furniture in real manuals: what of a site's navigation, banners and admonition labels ends up
-indexed as if it were content (issue 32). One BM25-only pack per corpus, built from the installed
-Debian packages as a user would (vectors change nothing counted here), then per corpus:
+"""Furniture left in a pack (issue 32, item 3): navigation bars, tables of contents, admonition
+sections, blocks repeated across a folder, numbered titles, private-use glyphs in headings.
 
-* navigation chunks: chunks holding a page-navigation bar ("Prev | Up | Next", "Home", "Table
-  of Contents" lists); nav-only: those with little else (under 25 words of other text);
-* admonition sections: sections titled only "Note", "Tip", "Caution", "Warning", "Important";
-* banner chunks: chunks holding a paragraph found in at least half the documents of their
-  folder (3 documents at least), the same normalised text;
-* numbered titles: documents whose title is a numbered heading ("1. Overview");
-* private-use characters in section titles (U+E000-U+F8FF, e.g. a permalink glyph);
-* short chunks: under 40 characters, as a share of all (target <= 1%).
+    python bench/furniture.py PACK [PACK...]
 
-    python bench/furniture.py                    # every corpus installed
-    python bench/furniture.py --only sqlite3-doc --json
+Build each pack BM25-only from a real manual (``kbpack build /usr/share/doc/postgresql-doc-15/html
+-o pg.kbpack --no-vectors``): the counts read what the pack holds, so the same script measures a
+pack built before and after a change. Per pack:
 
-The manuals are third-party: read from /usr/share, never copied into the repository.
+* navigation chunks: a chunk holding a "Prev ... Next" bar (DocBook's navheader/navfooter,
+  Texinfo's "Next: ... Previous: ... Up:"), and those that hold nothing else (under 40
+  characters once the bar's words, "|" and the section's own title are taken out);
+* table-of-contents chunks: holding "Table of Contents";
+* admonition sections: sections titled Note, Tip, Caution, Warning or Important;
+* repeated blocks: distinct blocks (runs of non-empty lines, not headings) found in at least
+  half of a folder's documents and at least 3 of them (``kbpack/extract/repeated.py``'s rule);
+* chunks under 40 characters (issue 32 item 5: at most 1% per corpus);
+* numbered or generic titles: documents titled "1. Overview"-style; private-use: section
+  titles holding a code point U+E000-U+F8FF.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
-import json
 import re
 import sys
-import time
+from collections import defaultdict
 from pathlib import Path
+from posixpath import dirname
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import kbpack
+from kbpack.extract.html import says_nothing
+from kbpack.pack import format as F
 
-from kbpack.extract import Limits  # noqa: E402
-from kbpack.ops.build import BuildOptions, build  # noqa: E402
-from kbpack.pack.read import PackReader  # noqa: E402
-
-OUT = ROOT / "out" / "bench" / "furniture"
-CORPORA = {  # name -> (source folder, follow symlinks)
-    "postgresql-15-html": (Path("/usr/share/doc/postgresql-doc-15/html"), False),
-    "sqlite3-doc": (Path("/usr/share/doc/sqlite3"), True),
-    "developers-reference": (Path("/usr/share/developers-reference"), False),
-    "r-doc-html": (Path("/usr/share/doc/r-doc-html/manual"), True),
-}
-NAV = re.compile(r"\b(?:Prev|Previous)\b[^\n]{0,80}\b(?:Up|Home)\b[^\n]{0,80}\bNext\b", re.I)
-TOC = re.compile(r"^\s*Table of Contents\s*$", re.M)
-ADMONITION = {"note", "tip", "caution", "warning", "important", "danger", "attention", "hint"}
-NUMBERED = re.compile(r"^\s*\d+(?:\.\d+)*\.?\s")
-PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
-WORDS = re.compile(r"\w+")
-TINY = 40
+_NAV = re.compile(r"(?s)\b(Prev|Previous)\b.*\bNext\b|\bNext\b.*\b(Prev|Previous)\b")
+_NAV_WORDS = re.compile(r"\b(Prev|Previous|Next|Up|Home)\b:?|\|")
+_ADMONITION = {"note", "tip", "caution", "warning", "important"}
+_BLOCK = re.compile(r"[^\n]+(?:\n[^\n]+)*")
+_PUA = re.compile("[\ue000-\uf8ff]")
+SHORT = 40  # issue 32 item 5: a chunk this short says little on its own
 
 
-def measure(name: str, source: Path, follow: bool) -> dict[str, object]:
-    out = OUT / f"{name}.kbpack"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    opts = BuildOptions(
-        sources=[source],
-        out=out,
-        vectors=False,
-        follow_symlinks=follow,
-        allow_empty=True,
-        limits=Limits(max_pages=3000, timeout_s=600),
-    )
-    t = time.perf_counter()
-    report = build(opts)
-    seconds = time.perf_counter() - t
-    with PackReader(out) as r:
-        names, status = r.strings("/documents/name"), r.strings("/documents/status")
-        doc_titles = r.strings("/documents/title")
-        titles = r.strings("/sections/title")
-        doc_col, start, end = (r.column(f"/chunks/{c}") for c in ("document", "from", "to"))
-        texts = {i: r.text(i) for i in range(len(names)) if status[i] == "ok"}
-    contents = [texts[int(d)][int(a) : int(b)] for d, a, b in zip(doc_col, start, end, strict=True)]
-    # paragraphs repeated across the documents of one folder
-    by_folder: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    docs_in: collections.Counter[str] = collections.Counter()
-    for i, text in texts.items():
-        folder = names[i].rpartition("/")[0]
-        docs_in[folder] += 1
-        by_folder[folder].update({" ".join(p.split()) for p in text.split("\n\n") if p.strip()})
-    banners = {
-        para
-        for folder, counts in by_folder.items()
-        for para, n in counts.items()
-        if docs_in[folder] >= 3 and n >= max(3, docs_in[folder] / 2) and len(para) >= 12
-    }
-    nav_chunks = nav_only = banner_chunks = 0
-    for c in contents:
-        navs = NAV.findall(c) + TOC.findall(c)
-        if navs:
-            nav_chunks += 1
-            rest = NAV.sub(" ", TOC.sub(" ", c))
-            nav_only += len(WORDS.findall(rest)) < 25
-        paras = {" ".join(p.split()) for p in c.split("\n\n")}
-        banner_chunks += bool(paras & banners)
+def count(path: Path) -> dict[str, int]:
+    with kbpack.open(path, load_model=False) as pack:
+        r = pack.searcher.r
+        names = r.strings(F.DOC_NAME)
+        titles = r.strings(F.DOC_TITLE)
+        sec_titles = r.strings(F.SEC_TITLE)
+        sec_doc = r.column(F.SEC_DOCUMENT)
+        sec_from = r.column(F.SEC_FROM)
+        sec_level = r.column(F.SEC_LEVEL)
+        chunk_sec = r.column(F.CHUNK_SECTION)
+        nav = nav_only = toc = short = 0
+        for c in range(len(chunk_sec)):
+            text = r.chunk_content(c)
+            short += len(text) < SHORT
+            if "Table of Contents" in text:
+                toc += 1
+            if _NAV.search(text):
+                nav += 1
+                rest = _NAV_WORDS.sub("", text.replace(sec_titles[int(chunk_sec[c])], ""))
+                if len("".join(rest.split())) < 40:
+                    nav_only += 1
+        admonitions = sum(
+            1 for t, lv in zip(sec_titles, sec_level, strict=True)
+            if lv > 0 and t.strip(" :").casefold() in _ADMONITION
+        )  # fmt: skip
+        heads: dict[int, set[int]] = defaultdict(set)
+        for d, start, lv in zip(sec_doc, sec_from, sec_level, strict=True):
+            if lv > 0:
+                heads[int(d)].add(int(start))
+        folders: dict[str, list[set[str]]] = defaultdict(list)
+        for d, name in enumerate(names):
+            text = r.text(d)
+            blocks = {
+                " ".join(m.group().casefold().split())
+                for m in _BLOCK.finditer(text)
+                if m.start() not in heads[d]
+            }
+            folders[dirname(name)].append(blocks)
+        repeated = 0
+        for docs in folders.values():
+            if len(docs) < 3:
+                continue
+            seen: dict[str, int] = defaultdict(int)
+            for blocks in docs:
+                for b in blocks:
+                    seen[b] += 1
+            repeated += sum(1 for n in seen.values() if n >= max(3, len(docs) / 2))
     return {
-        "corpus": name,
-        "build_s": round(seconds, 1),
-        "documents_ok": report.counts["documents_ok"],
-        "chunks": len(contents),
-        "navigation_chunks": nav_chunks,
-        "navigation_only_chunks": nav_only,
-        "admonition_sections": sum(
-            1 for t in titles if t.strip().rstrip(":").lower() in ADMONITION
-        ),
-        "banner_chunks": banner_chunks,
-        "banner_paragraphs": len(banners),
-        "numbered_titles": sum(1 for i in texts if NUMBERED.match(doc_titles[i] or "")),
-        "private_use_in_titles": sum(1 for t in titles if PRIVATE_USE.search(t)),
-        "short_chunks_pct": round(
-            100 * sum(len(c.strip()) < TINY for c in contents) / max(len(contents), 1), 2
-        ),
-        "furniture_removed": getattr(report, "furniture", None),
+        "documents": len(names),
+        "chunks": len(chunk_sec),
+        "navigation chunks": nav,
+        "navigation-only chunks": nav_only,
+        "table-of-contents chunks": toc,
+        "admonition sections": admonitions,
+        "repeated blocks": repeated,
+        f"chunks under {SHORT} characters": short,
+        "numbered or generic titles": sum(1 for t in titles if says_nothing(t)),
+        "private-use in headings": sum(1 for t in sec_titles if _PUA.search(t)),
     }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--only", action="append", choices=sorted(CORPORA))
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    rows = []
-    for name in args.only or CORPORA:
-        source, follow = CORPORA[name]
-        if not source.is_dir():
-            print(f"{name}: {source} not installed (apt-get install it), skipped", file=sys.stderr)
-            continue
-        rows.append(measure(name, source, follow))
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return
-    keys = [k for k in rows[0] if k != "corpus"] if rows else []
-    print(f"{'':24}" + "".join(f"{r['corpus'][:22]:>24}" for r in rows))
-    for k in keys:
-        print(f"{k:24}" + "".join(f"{r[k]!s:>24}" for r in rows))
+    packs = [Path(p) for p in sys.argv[1:]]
+    rows = {f"{p.parent.name}/{p.name}": count(p) for p in packs}
+    keys = list(next(iter(rows.values())))
+    print("| pack | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(str(row[k]) for k in keys) + " |")
 
 
 if __name__ == "__main__":

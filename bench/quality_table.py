@@ -31,6 +31,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from kbpack.ops.evaluate import (
 from kbpack.search.bm25 import top_k
 from kbpack.search.fusion import DENSE_WEIGHT, convex
 from kbpack.search.searcher import CANDIDATES, code_like_terms, content_terms, idf, rrf
+from kbpack.text.analyze import tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
 PHRASINGS = ("doc", "ticket")
@@ -69,6 +71,10 @@ class Scores:
     bm25: np.ndarray  # BM25 of every chunk (0: no shared term), plain analyzer
     bm25_stem: np.ndarray | None  # the same under snowball-english, when a stem pack is given
     rarity: dict[str, float]  # query rarity measures (see idf_weight_rules)
+    # issue 32 item 4 (see user_worded_rules): BM25 over the query's rarer half of content
+    # words, and the share of the query's content words the BM25 top chunk holds
+    bm25_rare: np.ndarray | None = None
+    coverage: float = 1.0
 
 
 def dense_top(sims: np.ndarray) -> np.ndarray:
@@ -147,6 +153,7 @@ def collect(pack_path: Path, stem_pack: Path | None, questions: list[Question]) 
             full = np.zeros(n, np.float64)
             full[ids] = sc
             want = normalize(q.needle)
+            rare, coverage = rarer_half(s, q.query, full, n)
             rows.append(
                 Scores(
                     q,
@@ -156,9 +163,50 @@ def collect(pack_path: Path, stem_pack: Path | None, questions: list[Question]) 
                     full,
                     None if stems is None else stems[i],
                     rarity(s, q.query, n, k1),
+                    rare,
+                    coverage,
                 )
             )
     return rows
+
+
+def rarer_half(searcher: Any, query: str, bm25: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """BM25 of every chunk over the rarer half of the query's content words the pack holds
+    (by IDF; all of them for a query of one or two), and the share of the query's content words
+    that the BM25 top chunk holds (1.0 when nothing matches)."""
+    held = [(idf(df, n), t) for t in content_terms(query) if (df := searcher.doc_freq(t)) > 0]
+    held.sort(reverse=True)
+    keep = [t for _, t in held[: max(2, (len(held) + 1) // 2)]]
+    rare = np.zeros(n, np.float64)
+    if keep:
+        ids, sc = searcher._bm25_all(" ".join(keep), None)
+        rare[ids] = sc
+    words = content_terms(query)
+    if not words or not bm25.any():
+        return rare, 1.0
+    top = int(np.argmax(bm25))
+    tokens = set(tokenize(searcher.chunk_content(top)))
+    return rare, sum(w in tokens for w in words) / len(words)
+
+
+def user_worded_rules() -> dict[str, Rule]:
+    """Issue 32 item 4: why hybrid loses to dense at rank 1 on long user-worded questions.
+
+    Two parameter-free candidates against the fixed 0.2: the lexical list over the rarer half
+    of the query's content words only (the common words of a long ticket match everywhere);
+    the lexical weight times the share of the query's content words the BM25 top chunk holds
+    (a top lexical match holding few of a long question's words is weak evidence).
+    """
+    return {
+        "hybrid, BM25 over the rarer half": lambda r: convex_rank(
+            r.with_pieces,
+            r.bm25_rare,  # type: ignore[arg-type]
+            DENSE_WEIGHT,
+        ),
+        "hybrid, lexical weight 0.2 * top coverage": lambda r: convex_rank(
+            r.with_pieces, r.bm25, 1.0 - (1 - DENSE_WEIGHT) * r.coverage
+        ),
+    }
 
 
 Rule = Callable[[Scores], list[int]]
@@ -220,6 +268,9 @@ def main() -> None:
     ap.add_argument("--stem-pack", type=Path, default=None)
     ap.add_argument("--idf", action="store_true", help="also the IDF-dependent lexical weights")
     ap.add_argument("--no-refusal", action="store_true", help="skip the refusal count")
+    ap.add_argument(
+        "--user-worded", action="store_true", help="also the issue 32 item 4 candidates"
+    )
     args = ap.parse_args()
 
     questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
@@ -228,6 +279,8 @@ def main() -> None:
     table = rules(args.stem_pack is not None)
     if args.idf:
         table |= idf_weight_rules()
+    if args.user_worded:
+        table |= user_worded_rules()
     ranks = {
         name: {
             p: [rank_of(rule(r), r.gold) for r in rows if r.question.phrasing == p]
@@ -289,9 +342,22 @@ def main() -> None:
     if args.idf:
         for name in idf_weight_rules():
             compare(name, base)
+    if args.user_worded:
+        for name in user_worded_rules():
+            compare(name, base)
 
     if not args.no_refusal:
         refusal(args.pack, questions, [o.query for o in oods])
+        near = load_queries(ROOT / "fixtures/eval/ood_near.jsonl")
+        with kbpack.open(args.pack) as pack:
+            answered = [o.query for o in near if pack.searcher.search(o.query, k=5).answered]
+        lo, hi = wilson(len(near) - len(answered), len(near))
+        print(
+            f"Near misses (ood_near.jsonl): refused {len(near) - len(answered)}/{len(near)} "
+            f"({(len(near) - len(answered)) / len(near):.0%} [{lo:.2f}, {hi:.2f}])"
+        )
+        for q in answered:
+            print(f"  answered: {q}")
 
 
 def refusal(pack_path: Path, questions: list[Question], oods: list[str]) -> None:

@@ -129,8 +129,10 @@ def test_sweep_counts_by_hand() -> None:
     assert got == [
         (1, 0, 2, 1),  # 0.10: only the always-passing question and OOD query
         (2, 0, 1, 1),  # 0.25: q0 passes with its needle first
-        (3, 0, 0, 1),  # 0.35: q1's 0.4 result is gated out, so its needle (0.3) is returned
-        (2, 1, 0, 2),  # 0.45: q1's 0.4 result passes and takes the only slot (k=1): wrong
+        # 0.35: q1 is answered (its 0.3 result passes); refusal decides per query, so the
+        # ranking's first result (0.4) takes the only slot (k=1): wrong
+        (2, 1, 0, 1),
+        (2, 1, 0, 2),  # 0.45
         (2, 1, 0, 3),  # 0.60
     ]
     # with k=2 the 0.4 result no longer pushes q1's needle out

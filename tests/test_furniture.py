@@ -210,3 +210,14 @@ def test_pieces_of_fenced_code_are_never_dropped(tmp_path: Path) -> None:
     assert dropped.removed == 4  # the footer only
     for doc in after:
         assert ".. click:example::" in doc.text and "Edit this page" not in doc.text
+
+
+def test_a_toc_named_by_a_class_part_is_dropped(tmp_path: Path) -> None:
+    """SQLite's pages open with div.fancy_toc holding div.fancy-toc1 entries."""
+    doc = extracted(
+        tmp_path,
+        "<title>Write-Ahead Logging</title><div class='fancy_toc'><a>Table Of Contents</a>"
+        "<div class='fancy-toc1'><a href='#o'>1. Overview</a></div></div>"
+        "<h1>1. Overview</h1><p>WAL is a journal mode.</p><p class='protocol'>Kept.</p>",
+    )
+    assert doc.text == "1. Overview\n\nWAL is a journal mode.\n\nKept."

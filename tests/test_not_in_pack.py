@@ -124,3 +124,16 @@ def test_refusal_decides_per_query_the_exact_match_is_not_hidden(
         assert resp.answered and exact.chunk in [r.chunk for r in resp.results]
         below = min(min(others), exact.distance) / 2  # nothing passes: refused as a whole
         assert not s.search(query, k=10, max_distance=below).answered
+
+
+def test_a_typo_of_a_pack_word_is_not_a_word_the_pack_never_mentions(
+    tiny_pack: Path, tiny_model: Path
+) -> None:
+    with kbpack.open(tiny_pack, model=tiny_model) as p:
+        s = p.searcher
+        # "rotatte" is "rotate" mistyped (one edit, 7 letters): did-you-mean offers it
+        resp = s.search("do the logs rotatte daily", k=5, max_distance=2.0)
+        assert resp.not_in_pack == [] and resp.answered
+        assert [x.term for x in resp.suggestions] == ["rotatte"]
+        # a made-up name two edits or more from every term is still reported
+        assert s.search("do the zorblax logs rotate", k=5).not_in_pack == ["zorblax"]

@@ -317,6 +317,15 @@ def test_refused_query_says_no_answer_and_offers_the_nearest(server: Server) -> 
     assert api["answered"] is False and api["results"] == []
 
 
+def test_words_the_pack_never_mentions_are_said_on_the_page_and_in_the_api(
+    server: Server,
+) -> None:
+    q = {"q": "how do I prime the pump with zorblax", "pack": "manuals", "mode": "bm25"}
+    html = server.client.get("/", params=q).text
+    assert "Not in this pack: zorblax" in html
+    assert server.client.get("/api/search", params=q).json()["not_in_pack"] == ["zorblax"]
+
+
 def test_every_response_carries_a_strict_csp(server: Server) -> None:
     for path in [
         "/",

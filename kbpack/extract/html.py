@@ -70,6 +70,9 @@ _GENERIC_TITLES = {
 }  # fmt: skip
 
 _INDEX_TABLE = re.compile(r"^index-[a-z]{2,3}$")  # Texinfo's index tables: index-cp, index-fn...
+# A class with "toc" as one of its hyphen- or underscore-separated parts (a level number may
+# follow): SQLite's fancy_toc / fancy-toc1, toc-wrapper, page-toc; never "tocs" or "protocol".
+_TOC_PART = re.compile(r"(?:^|[-_])toc\d*(?:$|[-_])")
 # Elements deeper than this are read as inline text of the deepest one: unclosed nesting
 # (1,000 <ul><li> in a row) then costs linear time and adds no indentation past this depth.
 MAX_DEPTH = 64
@@ -147,7 +150,10 @@ class _Extractor(HTMLParser):
         if "hidden" in values or values.get("aria-hidden") == "true":
             return True
         classes = (values.get("class") or "").lower().split()
-        if any(c in _SKIP_CLASSES or (tag == "table" and _INDEX_TABLE.match(c)) for c in classes):
+        if any(
+            c in _SKIP_CLASSES or _TOC_PART.search(c) or (tag == "table" and _INDEX_TABLE.match(c))
+            for c in classes
+        ):
             return True
         words = [*classes, *(values.get("id") or "").lower().split()]
         return any(word in _SKIP_WORDS for word in words)

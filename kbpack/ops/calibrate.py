@@ -27,7 +27,8 @@ GATE_DEPTH = 200
 def gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
     """The query's ranking as the refusal gate sees it (see kbpack.search.searcher: a hybrid result that
     opens the identifier gate passes whatever its distance; a foreign-language query's result
-    that shares no content word with it never passes on distance)."""
+    that shares no content word with it never passes on distance; a word the pack never
+    mentions refuses the query unless a result is within ``NEAR_DISTANCE``)."""
     resp = pack.search(query, k=GATE_DEPTH, mode=mode, refuse=False)
     identifier = pack.searcher.identifier_gate(query) if mode == "hybrid" else None
     want = E.normalize(needle) if needle else None
@@ -40,6 +41,11 @@ def gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
             d = -math.inf
         distances.append(d)
         hits.append(want is not None and want in E.normalize(r.content))
+    if pack.searcher.absent_vetoes(
+        resp.not_in_pack,
+        dict(enumerate(r.distance for r in resp.results if r.distance is not None)),
+    ):
+        distances = [math.inf] * len(distances)  # the pack never mentions a word of it
     return E.Gate(tuple(distances), tuple(hits))
 
 

@@ -238,7 +238,8 @@ class Gate:
 
     ``distances[i]``: the distance the gate compares with the threshold (cosine distance; -inf
     for a result the gate lets through whatever the threshold, e.g. one holding every code-like
-    query term; +inf for one it never lets through). ``hits[i]``: the result holds the needle
+    query term; +inf for one it never lets through nor shows; every result is +inf when a word
+    the pack never mentions refuses the query). ``hits[i]``: the result holds the needle
     (all False for an out-of-domain query).
     """
 
@@ -279,7 +280,9 @@ def threshold_grid(step: float = 0.005, high: float = 2.0) -> list[float]:
 
 def outcomes(gates: Sequence[Gate], thresholds: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
     """Per query and threshold (booleans, queries x thresholds): answered, and answered with the
-    needle in the top k of what passes the gate."""
+    needle in the top k of what is shown. Refusal decides per query (issue 32): a query is
+    answered when some result passes the threshold, and then the first k results that may be
+    shown at all (distance not +inf) are, whatever their own distance."""
     answered = np.zeros((len(gates), len(thresholds)), dtype=bool)
     correct = np.zeros_like(answered)
     for i, g in enumerate(gates):
@@ -289,8 +292,9 @@ def outcomes(gates: Sequence[Gate], thresholds: np.ndarray, k: int) -> tuple[np.
         passes = d[None, :] <= thresholds[:, None]  # (thresholds, results)
         answered[i] = passes.any(axis=1)
         if any(g.hits):
-            returned = passes & (np.cumsum(passes, axis=1) <= k)
-            correct[i] = (returned & np.asarray(g.hits)[None, :]).any(axis=1)
+            shown = d < np.inf
+            returned = shown & (np.cumsum(shown) <= k)
+            correct[i] = answered[i] & bool((returned & np.asarray(g.hits)).any())
     return answered, correct
 
 

@@ -13,7 +13,9 @@ punctuation from the end, then a possessive ``'s``):
    language is below ``RARE_ZIPF`` (2: about once in 10 million words). The query's language
    is the one of ``LANGUAGES`` whose Zipf values, summed over the query's letters-only words,
    are highest (English on a tie);
-4. a CamelCase word (a lower-case letter followed by an upper-case one: GitLab, MaxRetries)
+4. it is no typo of a pack word: not 4 letters or more and one edit (did-you-mean's distance
+   1) from a term of the pack ("jurnal" for journal; ``Searcher.typo_of_pack_word``);
+5. a CamelCase word (a lower-case letter followed by an upper-case one: GitLab, MaxRetries)
    counts only when the frequency lists know it at all (Zipf > 0 in that language): GitLab
    and MariaDB are names people write about; a compound no list has seen (MaxRetries,
    myConfigLoader) is more likely the user's own identifier (a setting, a class) in a question
@@ -28,6 +30,7 @@ cover. ``wordfreq`` is maintained frequency data for 40+ languages, not a hand-m
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 
 RARE_ZIPF = 2.0
@@ -73,16 +76,42 @@ def language(words: Sequence[str]) -> str:
 def absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
     """The query's words, as typed, that the pack never mentions and that are rare in the
     query's language (the rule above). ``in_pack(word)``: some chunk holds a term the pack's
-    analyzer makes of ``word``."""
+    analyzer makes of ``word``. The frequency lists are read only when some word is not in
+    the pack (a query whose words the pack all holds never loads them)."""
     words = letter_words(query)
-    if not words:
+    missing = [w for w in words if not in_pack(w)]
+    if not missing:
         return []
+    _wait_preload()
     lang = language(words)
     out = []
-    for word in words:
+    for word in missing:
         z = _zipf(word, lang)
-        if z >= RARE_ZIPF or (_CAMEL.search(word) and z <= 0.0):
-            continue
-        if not in_pack(word):
+        if z < RARE_ZIPF and not (_CAMEL.search(word) and z <= 0.0):
             out.append(word)
     return out
+
+
+_preload: threading.Thread | None = None
+
+
+def preload() -> None:
+    """Start reading the frequency lists in a thread (~0.8 s, once per process) so that a cold
+    query reads them while it waits for its model, not after."""
+    global _preload
+    if _preload is None:
+        _preload = threading.Thread(target=_load_lists, name="kbpack-wordfreq", daemon=True)
+        _preload.start()
+
+
+def _load_lists() -> None:
+    try:
+        for lang in LANGUAGES:
+            _zipf("the", lang)
+    except Exception:  # raised again, where it matters, by the query's own lookup
+        pass
+
+
+def _wait_preload() -> None:
+    if _preload is not None:
+        _preload.join()

@@ -34,7 +34,8 @@ from kbpack.pack import format as F
 from kbpack.pack.bm25_store import TermLookup
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.pack.vector_scan import simsimd_module, sorted_unique
-from kbpack.search.absent import NEAR_DISTANCE, absent_words
+from kbpack.search.absent import NEAR_DISTANCE, absent_words, letter_words
+from kbpack.search.absent import preload as preload_word_lists
 from kbpack.search.bm25 import BM25Index, accumulate, length_norms, read_term_lists
 from kbpack.search.bm25_top import Term, scores_at, top_k_exact
 from kbpack.search.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
@@ -52,6 +53,9 @@ CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 RARE_SHARE = 0.01  # an identifier in at most 1% of chunks (or RARE_MIN) may open the gate
 RARE_MIN = 5
 EVIDENCE_SHARE = 0.5  # of the query's content-word IDF weight a chunk must hold to pass on words
+# not_in_pack: a word this long one edit from a pack term is that term mistyped ("lgos" for
+# logs); a 3-letter word is one edit from too many words to say which (zsh from ssh)
+TYPO_MIN_LETTERS = 4
 ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
 # the scan (simsimd or numpy blocks) and the checked re-score (a numpy matmul) round differently
 # by ~1e-7; a damaged byte that HDF5's checksum would not flag is not what this compares for
@@ -244,8 +248,8 @@ class Searcher:
         # False: ignore the pack's stored copy groups (/copies) and collapse identical words
         # only, as kbpack 0.2.0 did (bench/duplicates.py's paired comparison)
         self.use_copies = True
-        # False: words the pack never mentions are reported but refuse nothing (bench/refusal.py's
-        # paired comparison); set before the first query
+        # False: words the pack never mentions are reported but refuse nothing
+        # (bench/shipped_search.py --no-absent, the paired comparison); set before a query
         self.use_absent = True
         self._dense_cache: tuple[str, DenseScores] | None = None
         self._indptr: np.ndarray | None = None  # /bm25/indptr, checked (``indptr``)
@@ -537,8 +541,9 @@ class Searcher:
         words = set(analyzed_content_terms(query, self.analyzer_name))
         foreign = foreign_query(query)
         suggestions = self.spelling(query)
-        not_in_pack = self.absent_words(query)
         if mode != "bm25":
+            if self._misses_a_word(query):  # absent_words below reads the lists: start now,
+                preload_word_lists()  # while the model loads
             self._read_ahead()
 
         lexical_only = mode != "bm25" and self.embedder is None  # waits for a running load
@@ -568,6 +573,7 @@ class Searcher:
             ordered = [(int(c), float(sims[c])) for c in de_ids]
         else:
             ordered = [(int(c), float(x)) for c, x in zip(bm_ids, bm_scores, strict=True)]
+        not_in_pack = self.absent_words(query)
         # the refusal distance is the chunk's own (with pieces it differs from 1 - score)
         distances = None if sims is None else self.dense_distances(query)
         dist = {} if distances is None else {c: float(distances[c]) for c, _ in ordered}
@@ -589,7 +595,7 @@ class Searcher:
         # "the"; a query in a language the model does not read) each result needs its content
         # word. Several packs searched as one: each pack answers or not by its own threshold.
         answering: set[int] = set()
-        if refuse and not (self.use_absent and self._absent_vetoes(not_in_pack, dist)):
+        if refuse and not (self.use_absent and self.absent_vetoes(not_in_pack, dist)):
             for c, _ in ordered:
                 who = self._answerer(c)
                 if who not in answering and evidence(c):
@@ -661,18 +667,34 @@ class Searcher:
             not_in_pack=not_in_pack,
         )
 
+    def _misses_a_word(self, query: str) -> bool:
+        """Some letters-only query word is in no chunk (only then are the word lists read)."""
+        terms = analyzer(self.analyzer_name).terms
+        return any(not any(self.doc_freq(t) > 0 for t in terms(w)) for w in letter_words(query))
+
     def absent_words(self, query: str) -> list[str]:
         """The query's words this pack never mentions that are rare in the query's language
-        (``kbpack.search.absent``)."""
+        (``kbpack.search.absent``), less the typos of words it holds (``typo_of_pack_word``)."""
         terms = analyzer(self.analyzer_name).terms
-        return absent_words(query, lambda w: any(self.doc_freq(t) > 0 for t in terms(w)))
+        found = absent_words(query, lambda w: any(self.doc_freq(t) > 0 for t in terms(w)))
+        return [w for w in found if not self.typo_of_pack_word(w)]
+
+    def typo_of_pack_word(self, word: str) -> bool:
+        """``word`` (of ``TYPO_MIN_LETTERS`` letters or more) is one edit from a term of the pack
+        (a did-you-mean suggestion at distance 1): "jurnal" is journal mistyped, not a name the
+        pack never mentions. Refusing it would contradict the suggestion shown beside it."""
+        term = tokenize(word)[:1]
+        if not term or len(term[0]) < TYPO_MIN_LETTERS or not checkable(term[0]):
+            return False
+        found = best_suggestions(term[0], self.near_terms(term[0]))
+        return found is not None and any(d == 1 for _, d, _ in found.did_you_mean)
 
     def _answerer(self, chunk: int) -> int:
         """Which pack decides whether ``chunk`` may be shown (a set: the chunk's own)."""
         return 0
 
     @staticmethod
-    def _absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
+    def absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
         """A word the pack never mentions refuses the query unless some candidate is at most
         ``NEAR_DISTANCE`` from it (none is, without distances: bm25 mode)."""
         return bool(not_in_pack) and min(dist.values(), default=2.0) > NEAR_DISTANCE
