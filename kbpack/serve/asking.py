@@ -1,0 +1,115 @@
+"""``ask`` for ``kbpack serve`` and ``kbpack mcp``: the chat model loaded once, generation one
+request at a time, and the extractive answer when no model was given.
+
+Why a lock and a bound: a llama.cpp context serves one caller at a time, and a generation holds
+the CPU for seconds. Asks wait on one lock in the server's thread pool; at most ``MAX_WAITING``
+wait (more get ``Busy``, HTTP 503) and none waits longer than ``WAIT_S``, so queued asks can
+never take every thread of the pool: searches and pages keep being answered meanwhile. Each
+generation is bounded by ``max_tokens``. A refused question never reaches the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from kbpack.answer.answer import DEFAULT_MAX_TOKENS, Answer, ask
+from kbpack.answer.generate import DEFAULT_CONTEXT, ChatModel, load_chat_model
+from kbpack.errors import KbpackError
+from kbpack.schema import SCHEMA
+from kbpack.serve.library import Library, check_query
+
+MAX_WAITING = 4  # asks queued behind the one generating
+WAIT_S = 120.0  # the longest an ask waits for the model
+NO_MODEL = (
+    "no chat model is loaded (kbpack serve PACK... --llm MODEL.gguf): "
+    "the answer is quoted from the pack"
+)
+
+
+class Busy(KbpackError):
+    """Too many asks are waiting for the model (HTTP 503: try again shortly)."""
+
+
+class _Searchable:
+    """What ``kbpack.answer.ask`` searches: one served pack, or all of them as one, through the
+    library (so its locks apply). The last response is kept: the server searches once to learn
+    whether the question is refused, and ``ask`` then gets that same response."""
+
+    def __init__(self, library: Library, pack: str | None, mode: str) -> None:
+        self.library, self.pack, self.mode = library, pack, mode
+        self._last: tuple[Any, Any] | None = None
+
+    def search(self, question: str, *, k: int = 5, refuse: bool = True, **kw: Any) -> Any:
+        key = (question, k, refuse, sorted(kw.items()))
+        if self._last is None or self._last[0] != key:
+            resp = self.library.search(
+                self.pack, question, k=k, mode=self.mode, refuse=refuse, **kw
+            )
+            self._last = (key, resp)
+        return self._last[1]
+
+
+class Asker:
+    """The server's answerer: ``llm`` (a chat GGUF) is checked, hashed and loaded here, once."""
+
+    def __init__(
+        self,
+        library: Library,
+        llm: Path | None = None,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        threads: int | None = None,
+    ) -> None:
+        self.library = library
+        self.max_tokens = max_tokens
+        self.model: ChatModel | None = None
+        if llm is not None:
+            self.model = load_chat_model(Path(llm), threads, DEFAULT_CONTEXT + max_tokens)
+        self.generations = 0  # answers the model was asked to write, since the server started
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_WAITING + 1)
+
+    def answer(
+        self,
+        question: str,
+        pack: str | None = None,
+        *,
+        k: int = 5,
+        mode: str = "hybrid",
+        **filters: Any,
+    ) -> Answer:
+        """The checked answer to ``question`` from ``pack`` (None: every pack as one).
+        ``filters``: ``doc``, ``kind``, ``section``, as for ``Library.search``."""
+        check_query(question, k, mode)
+        filters = {key: v for key, v in filters.items() if v}
+        where = _Searchable(self.library, pack, mode)
+        if self.model is None:  # extractive: no model, no lock
+            a = ask(where, question, None, k=k, **filters)
+            if not a.refused:
+                a.notes.append(NO_MODEL)
+            return a
+        # retrieval first, outside the lock: a refused question never waits for the model
+        if not where.search(question, k=k, **filters).answered:
+            return ask(where, question, None, k=k, **filters)
+        if not self._slots.acquire(blocking=False):
+            raise Busy(f"{MAX_WAITING + 1} questions are already with the model: ask again shortly")
+        try:
+            if not self._lock.acquire(timeout=WAIT_S):
+                raise Busy(f"the model stayed busy for {WAIT_S:.0f} s: ask again shortly")
+            try:
+                self.generations += 1
+                return ask(where, question, self.model, k=k, max_tokens=self.max_tokens, **filters)
+            finally:
+                self._lock.release()
+        finally:
+            self._slots.release()
+
+    def identity(self) -> dict[str, Any] | None:
+        return None if self.model is None else self.model.identity()
+
+
+def answer_json(a: Answer, pack: str | None) -> dict[str, Any]:
+    """``/api/ask``'s and the MCP tool's object: the envelope, the pack, ``ask --json``'s keys."""
+    return {"schema": SCHEMA, "command": "ask", "pack": pack, **a.as_dict()}
