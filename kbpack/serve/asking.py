@@ -60,13 +60,14 @@ class Asker:
         llm: Path | None = None,
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        context: int = DEFAULT_CONTEXT,
         threads: int | None = None,
     ) -> None:
         self.library = library
-        self.max_tokens = max_tokens
+        self.max_tokens, self.context = max_tokens, context
         self.model: ChatModel | None = None
         if llm is not None:
-            self.model = load_chat_model(Path(llm), threads, DEFAULT_CONTEXT + max_tokens)
+            self.model = load_chat_model(Path(llm), threads, context + max_tokens)
         self.generations = 0  # answers the model was asked to write, since the server started
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_WAITING + 1)
@@ -100,7 +101,8 @@ class Asker:
                 raise Busy(f"the model stayed busy for {WAIT_S:.0f} s: ask again shortly")
             try:
                 self.generations += 1
-                return ask(where, question, self.model, k=k, max_tokens=self.max_tokens, **filters)
+                model, n, most = self.model, self.context, self.max_tokens
+                return ask(where, question, model, k=k, max_tokens=most, context=n, **filters)
             finally:
                 self._lock.release()
         finally:

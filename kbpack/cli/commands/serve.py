@@ -46,6 +46,13 @@ def _common(f: Any) -> Any:
 
 def _llm_options(f: Any) -> Any:
     f = click.option(
+        "--context",
+        type=click.IntRange(min=128),
+        default=1024,
+        show_default=True,
+        help="Tokens for the sources and question the chat model reads (as for ask).",
+    )(f)
+    f = click.option(
         "--max-tokens",
         type=click.IntRange(min=1, max=1024),
         default=128,
@@ -59,12 +66,12 @@ def _llm_options(f: Any) -> Any:
     )(f)
 
 
-def _asker(library: Any, llm: Path | None, max_tokens: int, say: Any = None) -> Any:
+def _asker(library: Any, llm: Path | None, max_tokens: int, context: int, say: Any = None) -> Any:
     from kbpack.serve.asking import Asker
 
     if llm is not None and say is not None:
         say(f"loading the chat model {llm}")
-    return Asker(library, llm, max_tokens=max_tokens)
+    return Asker(library, llm, max_tokens=max_tokens, context=context)
 
 
 def _check_llm(llm: Path | None) -> None:
@@ -103,6 +110,7 @@ def serve(
     model: Path | None,
     llm: Path | None,
     max_tokens: int,
+    context: int,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -133,7 +141,7 @@ def serve(
     progress = say if stderr_is_tty() else None
     library = Library(list(packs), model=model, verify=not no_verify, on_progress=progress)
     try:
-        asker = _asker(library, llm, max_tokens, progress)
+        asker = _asker(library, llm, max_tokens, context, progress)
         # bind first (port 0 picks a free port) so the printed URL is the real one
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -200,6 +208,7 @@ def mcp(
     model: Path | None,
     llm: Path | None,
     max_tokens: int,
+    context: int,
 ) -> int:
     """Serve PACKs to a local agent over the Model Context Protocol (stdio).
 
@@ -213,5 +222,5 @@ def mcp(
     from kbpack.serve.mcp_tools import run_stdio
 
     with Library(list(packs), model=model, verify=not no_verify) as library:
-        run_stdio(library, _asker(library, llm, max_tokens))
+        run_stdio(library, _asker(library, llm, max_tokens, context))
     return 0
