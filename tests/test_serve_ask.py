@@ -264,3 +264,25 @@ def test_serve_with_a_chat_model(pack: Path, gemma: Path) -> None:
         assert set(refused["timings"]) == {"retrieval_s"}
     finally:
         assert s.stop() == 130
+
+
+@pytest.mark.slow
+def test_asks_beyond_the_queue_get_503_while_the_model_writes(pack: Path, gemma: Path) -> None:
+    """One generation at a time and no queue (``waiting=0``): an ask that comes while the model
+    writes is told to come back (503, Retry-After), it does not hold a thread until then."""
+    with Library([pack], verify=False) as library:
+        asker = Asker(library, gemma, max_tokens=64, waiting=0)
+        first: list[Any] = []
+        writing = threading.Thread(target=lambda: first.append(asker.answer(ANSWERED)))
+        writing.start()
+        while asker.generations == 0 and writing.is_alive():
+            threading.Event().wait(0.01)  # until the first ask is with the model
+        with TestClient(create_app(library, asker=asker), base_url="http://127.0.0.1") as c:
+            r = c.get("/api/ask", params={"q": "what does the relief valve do"})
+            searched = c.get("/api/search", params={"q": "relief valve"})
+        writing.join()
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert "already with the model" in r.json()["error"]
+        assert searched.status_code == 200 and searched.json()["answered"]
+        assert first[0].model["sha256"] == hashlib.sha256(gemma.read_bytes()).hexdigest()
+        assert asker.generations == 1

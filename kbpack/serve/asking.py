@@ -62,6 +62,7 @@ class Asker:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         context: int = DEFAULT_CONTEXT,
         threads: int | None = None,
+        waiting: int = MAX_WAITING,
     ) -> None:
         self.library = library
         self.max_tokens, self.context = max_tokens, context
@@ -70,7 +71,8 @@ class Asker:
             self.model = load_chat_model(Path(llm), threads, context + max_tokens)
         self.generations = 0  # answers the model was asked to write, since the server started
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_WAITING + 1)
+        self.waiting = waiting
+        self._slots = threading.BoundedSemaphore(waiting + 1)
 
     def answer(
         self,
@@ -95,7 +97,9 @@ class Asker:
         if not where.search(question, k=k, **filters).answered:
             return ask(where, question, None, k=k, **filters)
         if not self._slots.acquire(blocking=False):
-            raise Busy(f"{MAX_WAITING + 1} questions are already with the model: ask again shortly")
+            raise Busy(
+                f"{self.waiting + 1} questions are already with the model: ask again shortly"
+            )
         try:
             if not self._lock.acquire(timeout=WAIT_S):
                 raise Busy(f"the model stayed busy for {WAIT_S:.0f} s: ask again shortly")
