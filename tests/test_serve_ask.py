@@ -255,6 +255,7 @@ def test_serve_with_a_chat_model(pack: Path, gemma: Path) -> None:
         assert done[0].status_code == 200 and got["command"] == "ask" and not got["refused"]
         assert got["model"]["sha256"] == sha
         assert got["timings"]["tokens"] >= 1 and "load_s" in got["timings"]
+        assert got["timings"]["retrieval_s"] > 0  # the search this ask ran, not a kept one
         supported = [x for x in got["sentences"] if x["supported"]]
         assert supported and all(x["citations"] for x in supported)  # or the quoted fallback
         cited = {c["n"]: c for c in got["citations"]}

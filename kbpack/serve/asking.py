@@ -11,6 +11,7 @@ generation is bounded by ``max_tokens``. A refused question never reaches the lo
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,17 @@ class _Searchable:
     def __init__(self, library: Library, pack: str | None, mode: str) -> None:
         self.library, self.pack, self.mode = library, pack, mode
         self._last: tuple[Any, Any] | None = None
+        self.seconds = 0.0  # the last search that ran (a kept one costs nothing)
 
     def search(self, question: str, *, k: int = 5, refuse: bool = True, **kw: Any) -> Any:
         key = (question, k, refuse, sorted(kw.items()))
         if self._last is None or self._last[0] != key:
+            t0 = time.perf_counter()
             resp = self.library.search(
                 self.pack, question, k=k, mode=self.mode, refuse=refuse, **kw
             )
             self._last = (key, resp)
+            self.seconds = time.perf_counter() - t0
         return self._last[1]
 
 
@@ -95,7 +99,7 @@ class Asker:
             return a
         # retrieval first, outside the lock: a refused question never waits for the model
         if not where.search(question, k=k, **filters).answered:
-            return ask(where, question, None, k=k, **filters)
+            return _retrieval_timed(ask(where, question, None, k=k, **filters), where)
         if not self._slots.acquire(blocking=False):
             raise Busy(
                 f"{self.waiting + 1} questions are already with the model: ask again shortly"
@@ -106,7 +110,8 @@ class Asker:
             try:
                 self.generations += 1
                 model, n, most = self.model, self.context, self.max_tokens
-                return ask(where, question, model, k=k, max_tokens=most, context=n, **filters)
+                a = ask(where, question, model, k=k, max_tokens=most, context=n, **filters)
+                return _retrieval_timed(a, where)
             finally:
                 self._lock.release()
         finally:
@@ -114,6 +119,12 @@ class Asker:
 
     def identity(self) -> dict[str, Any] | None:
         return None if self.model is None else self.model.identity()
+
+
+def _retrieval_timed(a: Answer, where: _Searchable) -> Answer:
+    """The answer's ``retrieval_s`` is the search run before the lock, not ``ask``'s re-use."""
+    a.timings["retrieval_s"] = round(where.seconds, 4)
+    return a
 
 
 def answer_json(a: Answer, pack: str | None) -> dict[str, Any]:
