@@ -136,6 +136,13 @@ def test_api_ask_bounds_are_search_bounds(client: TestClient) -> None:
         r = client.get("/api/ask", params=params)
         assert r.status_code == status, params
         assert needle in r.json()["error"]
+    # the guard stands in front of /api/ask as of every route (DNS rebinding: a foreign Host)
+    foreign = client.get("/api/ask", params={"q": "pump"}, headers={"host": "attacker.example"})
+    assert foreign.status_code == 421
+    assert (
+        "default-src 'none'"
+        in client.get("/api/ask", params={"q": "pump"}).headers["content-security-policy"]
+    )
 
 
 # -- the answer box ----------------------------------------------------------------------------
