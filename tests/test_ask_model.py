@@ -127,3 +127,21 @@ def test_ctrl_c_while_streaming_exits_130(docs_pack: Path, gemma: Path, tmp_path
     assert code == Exit.INTERRUPTED, err
     assert err.rstrip().endswith("kbpack: interrupted") and "Traceback" not in err
     assert proc.stdout.read() == b""  # no half-checked answer on stdout
+
+
+def test_a_smaller_context_gives_the_model_fewer_passages(
+    capfd: pytest.CaptureFixture[str], gemma: Path, tmp_path: Path
+) -> None:
+    """--context bounds the prompt the model reads before its first token (README, Ask)."""
+    pack = tmp_path / "p.kbpack"
+    pack.write_bytes((ROOT / "fixtures" / "golden" / "v2.kbpack").read_bytes())
+    question = "what is pypdf capable of splitting"
+    sources = {}
+    for context in ("1024", "256"):
+        code, doc, err = ask_json(
+            capfd, str(pack), question, "--llm", str(gemma), "--context", context
+        )
+        assert code == Exit.OK, err
+        assert doc["model"] is not None and doc["citations"]
+        sources[context] = len(doc["citations"])
+    assert sources["256"] < sources["1024"]

@@ -50,7 +50,7 @@ def test_tools_search_and_read(pack: Path) -> None:
 
     tools, found, read = session_run(pack, steps)
     by_name = {t.name: t for t in tools.tools}
-    assert set(by_name) == {"search", "read"}
+    assert set(by_name) == {"search", "read", "ask"}
     assert set(by_name["read"].input_schema["properties"]) == {"doc", "from", "to", "pack"}
     assert not found.is_error
     body = json.loads(found.content[0].text)

@@ -108,13 +108,17 @@ def ask(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     temperature: float = 0.0,
     threads: int | None = None,
+    context: int = DEFAULT_CONTEXT,
     show_passages: bool = False,
     on_token: Callable[[str], None] | None = None,
     **search: Any,
 ) -> Answer:
     """Answer ``question`` from ``pack`` (an open Pack or federated packs). ``llm``: a loaded
     model, a GGUF path (loaded only if retrieval answers), or None for the extractive answer
-    alone. ``search``: ``Pack.search`` keywords (mode, max_distance, doc, kind, section)."""
+    alone. ``context``: tokens for the instructions, sources and question (the prompt the
+    model reads before its first token, which takes time in proportion to it); ``max_tokens``
+    come on top. ``search``: ``Pack.search`` keywords (mode, max_distance, doc, kind,
+    section)."""
     t0 = time.perf_counter()
     resp = pack.search(question, k=k, **search)
     timings: dict[str, Any] = {"retrieval_s": round(time.perf_counter() - t0, 4)}
@@ -139,15 +143,16 @@ def ask(
         return _extractive(question, list(resp.results), timings, resp.notes)
 
     t1 = time.perf_counter()
-    # the context holds the sources and question (DEFAULT_CONTEXT) and the answer
-    n_ctx = DEFAULT_CONTEXT + max_tokens
+    # the context holds the sources and question (``context``) and the answer
+    n_ctx = context + max_tokens
     model = llm if isinstance(llm, ChatModel) else load_chat_model(Path(llm), threads, n_ctx)
     timings["load_s"] = round(time.perf_counter() - t1, 4)
-    budget = model.n_ctx - max_tokens - model.count_tokens(INSTRUCTIONS + question) - MARGIN_TOKENS
+    n_ctx = min(n_ctx, model.n_ctx)  # a model loaded by the caller may hold more
+    budget = n_ctx - max_tokens - model.count_tokens(INSTRUCTIONS + question) - MARGIN_TOKENS
     sources = fit_sources(resp.results, budget, model.count_tokens)
     notes = list(resp.notes)
     if not sources:  # even the best passage is longer than the context: quote it instead
-        notes.append(f"no passage fits the model's {model.n_ctx}-token context: extractive answer")
+        notes.append(f"no passage fits the model's {n_ctx}-token context: extractive answer")
         return _extractive(question, list(resp.results), timings, notes, model)
     gen = model.generate(build_prompt(question, sources), max_tokens, temperature, on_token)
     if gen.first_token_s is not None:  # from the end of retrieval: loading + prompt processing

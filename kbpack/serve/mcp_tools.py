@@ -1,9 +1,12 @@
-"""``kbpack mcp``: the packs as two Model Context Protocol tools over stdio.
+"""``kbpack mcp``: the packs as three Model Context Protocol tools over stdio.
 
 ``search(query, k, mode, pack)`` returns what ``/api/search`` returns (the fields of
 ``kbpack query --json``, plus ``pack``): results with locators an agent can cite.
 ``read(doc, from, to, pack)`` returns the canonical text between two offsets, with the section
 path and page there, so the agent can quote the passage in context.
+``ask(question, k, pack)`` returns what ``/api/ask`` returns (``kbpack ask --json``'s keys): the
+answer with every sentence checked against the passage it cites, or quoted from the pack when
+no chat model is loaded or none of its sentences holds up; a refused question generates nothing.
 
 Built on the SDK's low-level server with the tools' JSON schemas written out: the tool's
 argument is called ``from`` (as in every locator), a Python keyword that a decorated function
@@ -20,6 +23,7 @@ import anyio
 from kbpack.errors import KbpackError, UsageError
 from kbpack.schema import SCHEMA
 from kbpack.search.searcher import MODES, locator
+from kbpack.serve.asking import Asker, answer_json
 from kbpack.serve.library import MAX_K, MAX_QUERY_CHARS, Library
 from kbpack.version import __version__
 
@@ -50,6 +54,25 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
                     "pack": pack,
                 },
                 "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+        "ask": {
+            "description": (
+                "Answer a question from the knowledge packs. Returns 'answer' and its "
+                "'sentences' (each with the [n] it cites and 'supported': checked against that "
+                "passage) and 'citations' (n -> doc, locator). 'refused' true: the packs do not "
+                "answer it (nothing was generated). 'fallback' true: the answer is quoted from "
+                "the packs, not written by a model."
+            ),
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
+                    "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 5},
+                    "pack": pack,
+                },
+                "required": ["question"],
                 "additionalProperties": False,
             },
         },
@@ -110,13 +133,22 @@ def read_tool(library: Library, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def ask_tool(asker: Asker, library: Library, args: dict[str, Any]) -> dict[str, Any]:
+    name = args.get("pack")
+    a = asker.answer(str(args["question"]), name, k=int(args.get("k", 5)))
+    served = name or (None if library.federated else library.get(None).name)
+    return answer_json(a, served)
+
+
 TOOLS = {"search": search_tool, "read": read_tool}
 
 
-def build_server(library: Library) -> Any:
+def build_server(library: Library, asker: Asker | None = None) -> Any:
     from mcp import types
     from mcp.server.lowlevel import Server
 
+    answers = asker or Asker(library)
+    fns = {**TOOLS, "ask": lambda lib, args: ask_tool(answers, lib, args)}
     schemas = tool_schemas(library)
     tools = [
         types.Tool(name=name, description=s["description"], input_schema=s["schema"])
@@ -127,9 +159,9 @@ def build_server(library: Library) -> Any:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
-        fn = TOOLS.get(params.name)
+        fn = fns.get(params.name)
         if fn is None:
-            return error(f"no tool named {params.name!r}; the tools are search and read")
+            return error(f"no tool named {params.name!r}; the tools are search, read and ask")
         try:
             # the library blocks (HDF5, llama.cpp): off the event loop
             out = await anyio.to_thread.run_sync(fn, library, dict(params.arguments or {}))
@@ -149,7 +181,7 @@ def build_server(library: Library) -> Any:
         instructions=(
             "Offline knowledge packs. Call search first; cite results by their locator; "
             "call read for more context around a result. If search returns answered false, the "
-            "packs do not answer the question."
+            "packs do not answer the question. ask returns a checked answer with citations."
         ),
         get_tool_input_schema=lambda name: schemas[name]["schema"] if name in schemas else None,
         on_list_tools=list_tools,
@@ -157,11 +189,11 @@ def build_server(library: Library) -> Any:
     )
 
 
-def run_stdio(library: Library) -> None:
+def run_stdio(library: Library, asker: Asker | None = None) -> None:
     """Serve until the client closes stdin."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(library)
+    server = build_server(library, asker)
 
     async def main() -> None:
         async with stdio_server() as (read, write):

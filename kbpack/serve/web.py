@@ -20,8 +20,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from kbpack.answer.grounding import CITATION
 from kbpack.errors import KbpackError, UsageError
 from kbpack.schema import SCHEMA
+from kbpack.serve.asking import Asker, Busy, answer_json
 from kbpack.serve.guard import Guard
 from kbpack.serve.library import MAX_K, Document, Library, NotFound, check_query
 from kbpack.text.analyze import tokenize
@@ -58,8 +60,16 @@ STATIC = {
 }
 
 
-def create_app(library: Library, *, token: str | None = None, loopback: bool = True) -> Any:
-    """The ASGI application for ``library``: Starlette wrapped in the security guard."""
+def create_app(
+    library: Library,
+    *,
+    token: str | None = None,
+    loopback: bool = True,
+    asker: Asker | None = None,
+) -> Any:
+    """The ASGI application for ``library``: Starlette wrapped in the security guard.
+    ``asker`` answers ``/api/ask`` and the page's Ask button (default: extractive, no model)."""
+    asker = asker or Asker(library)
 
     def page(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         html = _env.get_template(name).render(
@@ -122,7 +132,8 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
                     )
             except KbpackError as e:
                 return page("search.html", status=http_status(e), form=form, groups=[], error=e)
-        return page("search.html", form=form, groups=groups, error=None)
+        box = answer_box(library, asker, form) if q.get("ask") and form["q"].strip() else None
+        return page("search.html", form=form, groups=groups, error=None, box=box)
 
     def reader_page(request: Request) -> Response:
         q = request.query_params
@@ -197,6 +208,25 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             {**shape("serve"), "packs": [pack_json(p) for p in library.packs.values()]}
         )
 
+    def api_ask(request: Request) -> Response:
+        q = request.query_params
+        try:
+            a = asker.answer(
+                q.get("q", ""),
+                q.get("pack") or None,
+                k=int_param(q.get("k"), 5),
+                mode=q.get("mode", "hybrid"),
+                doc=q.get("doc"),
+                kind=q.get("type"),
+                section=q.get("section"),
+            )
+        except Busy as e:
+            return JSONResponse({"error": str(e)}, status_code=503, headers={"retry-after": "5"})
+        except KbpackError as e:
+            return api_error(e)
+        name = q.get("pack") or (None if library.federated else library.get(None).name)
+        return JSONResponse(answer_json(a, name))
+
     def not_found(request: Request, exc: Exception | None) -> Response:
         return PlainTextResponse("not found\n", status_code=404)
 
@@ -206,6 +236,7 @@ def create_app(library: Library, *, token: str | None = None, loopback: bool = T
             Route("/doc/{name:path}", reader_page),
             Route("/static/{name}", static),
             Route("/api/search", api_search),
+            Route("/api/ask", api_ask),
             Route("/api/doc/{name:path}", api_doc),
             Route("/api/inspect", api_inspect),
             Route("/api/packs", api_packs),
@@ -451,3 +482,67 @@ def pack_json(p: Any) -> dict[str, Any]:
         "notes": p.searcher.notes,
         "verify": p.verify,
     }
+
+
+# -- the answer box --------------------------------------------------------------------------
+def answer_box(library: Library, asker: Asker, form: SearchForm) -> dict[str, Any]:
+    """What the page's answer box shows for the Ask button: the checked answer, each ``[n]`` a
+    link to the reader at the cited passage, or why there is none."""
+    try:
+        a = asker.answer(
+            form["q"],
+            form["pack"] or None,
+            mode=form["mode"],
+            doc=form["doc"],
+            kind=form["type"],
+        )
+    except KbpackError as e:
+        return {"error": str(e)}
+    hrefs = {c["n"]: citation_href(library, c, form["pack"]) for c in a.citations}
+    label = None
+    if a.fallback:
+        if a.draft is not None:
+            label = "no sentence of the model's answer is supported by the passage it cites"
+        elif a.model is not None:
+            label = "no passage fits the model's context"
+        else:
+            label = "no chat model is loaded (kbpack serve --llm MODEL.gguf)"
+
+    def lines(checks: list[Any]) -> list[dict[str, Any]]:
+        return [
+            {"html": link_citations(s.text, hrefs), "supported": s.supported, "why": s.why}
+            for s in checks
+        ]
+
+    cited = {n for s in a.sentences for n in s.citations}
+    return {
+        "a": a,
+        "label": label,
+        "sentences": lines(a.sentences),
+        "draft": lines(a.draft_sentences),
+        "sources": [(c, hrefs[c["n"]]) for c in a.citations if c["n"] in cited],
+        "flagged": list(dict.fromkeys(f["text"] for f in a.flagged)),
+        "notes": [n for n in a.notes if n != a.answer],
+        "error": None,
+    }
+
+
+def citation_href(library: Library, c: dict[str, Any], pack: str) -> str:
+    """The reader at a citation: the pack is the one named on the page, else the result's."""
+    name = library.by_file.get(c.get("pack") or "", "") or pack or library.get(None).name
+    return reader_href(name, c["doc"], c["from"], c["to"])
+
+
+def link_citations(text: str, hrefs: dict[int, str]) -> Markup:
+    """``text`` escaped, each ``[n]`` of a known source a link to it (others stay text)."""
+    out: list[str] = []
+    at = 0
+    for m in CITATION.finditer(text):
+        numbers = [int(n) for n in re.findall(r"\d+", m.group(1))]
+        if not all(n in hrefs for n in numbers):
+            continue
+        out.append(str(escape(text[at : m.start()])))
+        out.append("".join(f'<a class="cite" href="{escape(hrefs[n])}">[{n}]</a>' for n in numbers))
+        at = m.end()
+    out.append(str(escape(text[at:])))
+    return Markup("".join(out))

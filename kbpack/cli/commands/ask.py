@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from kbpack.answer.generate import DEFAULT_CONTEXT
 from kbpack.cli.commands.common import emit_json, json_option, quiet_option, say, threads_option
 from kbpack.cli.commands.query import QueryCommand
 from kbpack.errors import Exit, UsageError
@@ -42,6 +43,14 @@ from kbpack.runtime.terminal import printable
     default=128,
     show_default=True,
     help="Most tokens the model may write.",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=128),
+    default=DEFAULT_CONTEXT,
+    show_default=True,
+    help="Tokens for the sources and question (--max-tokens come on top): fewer give fewer "
+    "passages and a sooner first token.",
 )
 @click.option(
     "--temperature",
@@ -123,6 +132,7 @@ def _ask(p: Any, question: str, llm: Path | None, kw: dict[str, Any]) -> int:
             max_tokens=kw["max_tokens"],
             temperature=kw["temperature"],
             threads=kw["threads"],
+            context=kw["context"],
             show_passages=kw["show_passages"],
             on_token=on_token if streaming else None,
         )

@@ -45,6 +45,43 @@ def _common(f: Any) -> Any:
     )(f)
 
 
+def _llm_options(f: Any) -> Any:
+    f = click.option(
+        "--context",
+        type=click.IntRange(min=128),
+        default=1024,
+        show_default=True,
+        help="Tokens for the sources and question the chat model reads (as for ask).",
+    )(f)
+    f = click.option(
+        "--max-tokens",
+        type=click.IntRange(min=1, max=1024),
+        default=128,
+        show_default=True,
+        help="Most tokens the chat model may write per answer.",
+    )(f)
+    return click.option(
+        "--llm",
+        type=click.Path(path_type=Path),
+        help="Chat model GGUF for ask (loaded once; without it, ask quotes the pack).",
+    )(f)
+
+
+def _asker(library: Any, llm: Path | None, max_tokens: int, context: int, say: Any = None) -> Any:
+    from kbpack.serve.asking import Asker
+
+    if llm is not None and say is not None:
+        say(f"loading the chat model {llm}")
+    return Asker(library, llm, max_tokens=max_tokens, context=context)
+
+
+def _check_llm(llm: Path | None) -> None:
+    if llm is not None:
+        from kbpack.answer.generate import check_chat_gguf
+
+        check_chat_gguf(llm)  # a wrong file is a usage error before any pack is opened
+
+
 @click.command()
 @_packs_argument
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
@@ -61,6 +98,7 @@ def _common(f: Any) -> Any:
 )
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
 @_common
+@_llm_options
 @quiet_option
 @json_option
 def serve(
@@ -71,6 +109,9 @@ def serve(
     open_browser: bool,
     no_verify: bool,
     model: Path | None,
+    llm: Path | None,
+    max_tokens: int,
+    context: int,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -88,6 +129,7 @@ def serve(
     from kbpack.serve.library import Library
     from kbpack.serve.web import create_app
 
+    _check_llm(llm)
     loopback = is_loopback(host)
     if not loopback and not token:
         token = secrets.token_urlsafe(24)
@@ -100,6 +142,7 @@ def serve(
     progress = say if stderr_is_tty() else None
     library = Library(list(packs), model=model, verify=not no_verify, on_progress=progress)
     try:
+        asker = _asker(library, llm, max_tokens, context, progress)
         # bind first (port 0 picks a free port) so the printed URL is the real one
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -123,6 +166,7 @@ def serve(
                     "host": host,
                     "port": bound,
                     "token": token,
+                    "llm": asker.identity(),  # the chat model ask uses, or null
                     "packs": [
                         {"name": p.name, "path": str(p.path), "verify": p.verify}
                         for p in library.packs.values()
@@ -136,6 +180,8 @@ def serve(
                 say(f"  {p.name}: {p.path} ({state})")
                 for note in p.searcher.notes:
                     say(f"    note: {note}")
+            if asker.model is not None:
+                say(f"  chat model: {asker.model.name} (sha256 {asker.model.sha256[:12]}...)")
             echo(f"kbpack serve: {url}")
             say("Ctrl-C stops the server")
             sys.stdout.flush()
@@ -143,7 +189,7 @@ def serve(
             import webbrowser
 
             webbrowser.open(url)
-        app = create_app(library, token=token, loopback=loopback)
+        app = create_app(library, token=token, loopback=loopback, asker=asker)
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, timeout_graceful_shutdown=5
         )
@@ -156,16 +202,26 @@ def serve(
 @click.command()
 @_packs_argument
 @_common
-def mcp(packs: tuple[Path, ...], no_verify: bool, model: Path | None) -> int:
+@_llm_options
+def mcp(
+    packs: tuple[Path, ...],
+    no_verify: bool,
+    model: Path | None,
+    llm: Path | None,
+    max_tokens: int,
+    context: int,
+) -> int:
     """Serve PACKs to a local agent over the Model Context Protocol (stdio).
 
-    Tools: search(query, k, mode) and read(doc, from, to). Stdout is the protocol, so there is
-    no --json: every message on it is JSON-RPC already.
+    Tools: search(query, k, mode), read(doc, from, to) and ask(question, k) (the checked
+    answer; with --llm written by the chat model). Stdout is the protocol, so there is no
+    --json: every message on it is JSON-RPC already.
     """
     _needs("mcp")
+    _check_llm(llm)
     from kbpack.serve.library import Library
     from kbpack.serve.mcp_tools import run_stdio
 
     with Library(list(packs), model=model, verify=not no_verify) as library:
-        run_stdio(library)
+        run_stdio(library, _asker(library, llm, max_tokens, context))
     return 0
