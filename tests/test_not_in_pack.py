@@ -137,3 +137,15 @@ def test_a_typo_of_a_pack_word_is_not_a_word_the_pack_never_mentions(
         assert [x.term for x in resp.suggestions] == ["rotatte"]
         # a made-up name two edits or more from every term is still reported
         assert s.search("do the zorblax logs rotate", k=5).not_in_pack == ["zorblax"]
+
+
+def test_a_refusal_names_what_the_pack_never_mentions(tiny_pack: Path, tiny_model: Path) -> None:
+    """The refusal line gives the reason that generalises (the missing name), not a distance
+    the user cannot act on; without such a word it says the distance, as before."""
+    q = "how often do the logs rotate with zorblax"
+    args = ["query", str(tiny_pack), "--model", str(tiny_model), "--max-distance", "0"]
+    r = CliRunner().invoke(cli, [*args, q])
+    assert r.exit_code == 3
+    assert r.output.splitlines()[0] == f'NO ANSWER: this pack never mentions zorblax (asked: "{q}")'
+    r = CliRunner().invoke(cli, [*args, "how often do the logs rotate"])
+    assert r.exit_code == 3 and r.output.startswith("NO ANSWER: nothing under cosine distance 0")

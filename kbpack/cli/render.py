@@ -19,6 +19,15 @@ def render(resp: Any, full: bool = False) -> str:
     head = [f"note: {safe(n)}" for n in resp.notes if resp.lexical_only]
     tail = [f"note: {safe(n)}" for n in resp.notes if not resp.lexical_only]
     if not resp.answered:
+        missing = getattr(resp, "not_in_pack", [])
+        if missing and resp.threshold is not None:
+            # the reason that generalises, not the distance: the question names what the pack
+            # lacks (with no match at all, the line below says so, and not_in_pack follows)
+            line = (
+                f"NO ANSWER: this pack never mentions {safe(', '.join(missing))} "
+                f'(asked: "{safe(resp.query)}")'
+            )
+            return "\n".join([*head, line, *did_you_mean(resp), *tail])
         if resp.threshold is not None:
             line = f'NO ANSWER: nothing under cosine distance {resp.threshold:g} for "{safe(resp.query)}"'
         else:
