@@ -188,6 +188,18 @@ def test_build_reports_the_repeated_blocks(tmp_path: Path, tiny_model: Path) -> 
     assert json.loads(r.output)["repeated_blocks"] == 6
     r = CliRunner().invoke(cli, ["verify", str(out)])
     assert r.exit_code == 0, r.output
+    # --keep-repeated: a folder whose shared paragraphs are content keeps them
+    kept = tmp_path / "kept.kbpack"
+    args = ["build", str(tmp_path / "site"), "-o", str(kept), "--model", str(tiny_model)]
+    r = CliRunner().invoke(cli, [*args, "--json", "--keep-repeated"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["repeated_blocks"] == 0
+    from kbpack.pack.read import PackReader
+
+    with PackReader(out) as dropped, PackReader(kept) as whole:
+        assert sum(map(len, whole.strings("/documents/text"))) > sum(
+            map(len, dropped.strings("/documents/text"))
+        )
 
 
 def test_pieces_of_fenced_code_are_never_dropped(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ class BuildOptions:
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
     follow_symlinks: bool = False  # read folders outside the tree that links point to
+    keep_repeated: bool = False  # True: no folder banner pass (kbpack/extract/repeated.py)
     allow_empty: bool = False  # False: a build that yields no document fails (EmptyBuildError)
     limits: Limits = field(default_factory=Limits)
     max_chars: int | None = None
@@ -147,7 +148,9 @@ def build(
         found.records = [d for d in found.records if in_shard(d.name, opts.shard)]
     # a folder's banners and footers go before chunking (kbpack/extract/repeated.py)
     repeated = RepeatedBlocks()
-    documents = repeated(_with_skipped(found.records, extract_all(found.candidates, opts.limits)))
+    documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
+    if not opts.keep_repeated:
+        documents = repeated(documents)
     total = len(found.candidates) + len(found.records)
     if progress is not None:  # the ETA's denominator
         progress.source_bytes_total = sum(_size(c.path) for c in found.candidates)

@@ -80,6 +80,11 @@ def build_options(f: Any) -> Any:
             help="Also read files and folders outside the input that symlinks point to (loop-safe).",
         ),
         click.option(
+            "--keep-repeated",
+            is_flag=True,
+            help="Keep blocks repeated across half a folder's documents (dropped as banners).",
+        ),
+        click.option(
             "--max-chars",
             type=click.IntRange(min=64),
             help="Character target per chunk (secondary to the token window).",
@@ -261,6 +266,7 @@ def run_build_command(
         include=kw["include"],
         exclude=kw["exclude"],
         follow_symlinks=kw["follow_symlinks"],
+        keep_repeated=kw.get("keep_repeated", False),
         allow_empty=kw["allow_empty"],
         limits=Limits(
             max_file_bytes=int(kw["max_file_mb"] * 2**20),
