@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json_line, json_option, quiet_option, stderr_is_tty
+from kbpack.cli.commands.common import (
+    emit_json_line,
+    json_option,
+    quiet_option,
+    signature_options,
+    stderr_is_tty,
+)
 from kbpack.errors import UsageError
 
 SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
@@ -37,6 +43,12 @@ def _common(f: Any) -> Any:
         is_flag=True,
         help="Serve packs without checking them first (the page says they were not verified).",
     )(f)
+    f = click.option(
+        "--full-verify",
+        is_flag=True,
+        help="Check each pack with the full kbpack verify before serving it (default: its "
+        "first three steps: bytes, signature, structure); only then is it labelled verified.",
+    )(f)
     return click.option(
         "--model",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -44,8 +56,14 @@ def _common(f: Any) -> Any:
     )(f)
 
 
+def _one_check(no_verify: bool, full_verify: bool) -> None:
+    if no_verify and full_verify:
+        raise UsageError("--no-verify and --full-verify contradict each other: give one")
+
+
 @click.command()
 @_packs_argument
+@signature_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--port",
@@ -69,7 +87,11 @@ def serve(
     token: str | None,
     open_browser: bool,
     no_verify: bool,
+    full_verify: bool,
     model: Path | None,
+    require_signature: bool,
+    signature_key: Path | None,
+    allow_unsigned: bool,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -83,6 +105,7 @@ def serve(
 
     import uvicorn
 
+    from kbpack.pack.sign import SignaturePolicy
     from kbpack.serve.guard import is_loopback
     from kbpack.serve.library import Library
     from kbpack.serve.web import create_app
@@ -97,7 +120,15 @@ def serve(
             click.echo(msg, err=True)
 
     progress = say if stderr_is_tty() else None
-    library = Library(list(packs), model=model, verify=not no_verify, on_progress=progress)
+    _one_check(no_verify, full_verify)
+    library = Library(
+        list(packs),
+        model=model,
+        verify=not no_verify,
+        full_verify=full_verify,
+        on_progress=progress,
+        policy=SignaturePolicy(signature_key, require_signature, allow_unsigned),
+    )
     try:
         # bind first (port 0 picks a free port) so the printed URL is the real one
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -131,8 +162,8 @@ def serve(
             sys.stdout.flush()
         else:
             for p in library.packs.values():
-                state = "verified" if p.verify["checked"] else "NOT verified (--no-verify)"
-                say(f"  {p.name}: {p.path} ({state})")
+                state = p.reader.checks.label()  # exactly what ran on the served file
+                say(f"  {p.name}: {p.path}: {state}")
                 for note in p.searcher.notes:
                     say(f"    note: {note}")
             click.echo(f"kbpack serve: {url}")
@@ -155,16 +186,33 @@ def serve(
 @click.command()
 @_packs_argument
 @_common
-def mcp(packs: tuple[Path, ...], no_verify: bool, model: Path | None) -> int:
+@signature_options
+def mcp(
+    packs: tuple[Path, ...],
+    no_verify: bool,
+    full_verify: bool,
+    model: Path | None,
+    require_signature: bool,
+    signature_key: Path | None,
+    allow_unsigned: bool,
+) -> int:
     """Serve PACKs to a local agent over the Model Context Protocol (stdio).
 
     Tools: search(query, k, mode) and read(doc, from, to). Stdout is the protocol, so there is
     no --json: every message on it is JSON-RPC already.
     """
     _needs("mcp")
+    from kbpack.pack.sign import SignaturePolicy
     from kbpack.serve.library import Library
     from kbpack.serve.mcp_tools import run_stdio
 
-    with Library(list(packs), model=model, verify=not no_verify) as library:
+    _one_check(no_verify, full_verify)
+    with Library(
+        list(packs),
+        model=model,
+        verify=not no_verify,
+        full_verify=full_verify,
+        policy=SignaturePolicy(signature_key, require_signature, allow_unsigned),
+    ) as library:
         run_stdio(library)
     return 0

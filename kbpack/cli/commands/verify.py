@@ -24,6 +24,12 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
     help="Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
     "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys.",
 )
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Pass an unsigned pack (or one signed by an unknown key) though trusted keys are "
+    "configured.",
+)
 @click.option("--quick", is_flag=True, help="Stop after bytes, signature and structure.")
 @click.option(
     "--deep",
@@ -32,7 +38,13 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 )
 @json_option
 def verify(
-    pack: Path, key: Path | None, require_signature: bool, quick: bool, deep: bool, as_json: bool
+    pack: Path,
+    key: Path | None,
+    require_signature: bool,
+    allow_unsigned: bool,
+    quick: bool,
+    deep: bool,
+    as_json: bool,
 ) -> int:
     """Check PACK before trusting it: bytes, signature, structure, digests, invariants.
 
@@ -42,7 +54,14 @@ def verify(
     from kbpack.verify.pipeline import STEPS, verify_pack
 
     before = identity(pack)  # the pack as it is now: a pass is remembered for this one only
-    report = verify_pack(pack, key=key, require_signature=require_signature, quick=quick, deep=deep)
+    report = verify_pack(
+        pack,
+        key=key,
+        require_signature=require_signature,
+        allow_unsigned=allow_unsigned,
+        quick=quick,
+        deep=deep,
+    )
     if report.intact and not quick:
         remember_verified(pack, before)  # so that query stops suggesting verify
     if as_json:
