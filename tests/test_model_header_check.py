@@ -109,3 +109,29 @@ def test_the_true_model_passes(tiny_model: Path, tmp_path: Path) -> None:
     fewer = rewrite_gguf(tiny_model, tmp_path / "fewer.gguf", set_uint32={"bert.block_count": 1})
     with pytest.raises(ModelError, match="block_count is 1, the file holds 2 blocks"):
         check_hyperparameters(fewer)
+
+
+def test_a_pack_model_is_first_loaded_in_a_child(
+    tmp_path: Path, carrying: Path, tiny_model: Path
+) -> None:
+    """A model llama.cpp cannot load, though its header passes the checks (a feed-forward
+    length the tensors do not have): the load fails in the child, and the query is one note
+    and lexical-only results. A good model passes once and is remembered by its hash."""
+    bad = rewrite_gguf(
+        tiny_model, tmp_path / "ffn.gguf", set_uint32={"bert.feed_forward_length": 48}
+    )
+    check_hyperparameters(bad)  # the header alone looks fine
+    pack = embed(carrying, bad, tmp_path / "ffn.kbpack")
+    cache = tmp_path / "cache"
+    q = kbpack("query", str(pack), "--", "pump seal", cache=cache, cwd=tmp_path)
+    said = q.stdout + q.stderr
+    assert q.returncode == 0, said
+    assert "/model/gguf is refused (llama.cpp failed on it in a child process" in said, said
+    assert "Traceback" not in said and "a.md#char=" in q.stdout
+    assert not (cache / "loaded-models").exists() or not any((cache / "loaded-models").iterdir())
+
+    good = kbpack("query", str(carrying), "--", "pump seal", cache=cache, cwd=tmp_path)
+    assert good.returncode == 0 and "refused" not in good.stdout + good.stderr
+    with h5py.File(carrying, "r") as h:
+        sha = str(h[F.MODEL].attrs[F.M_SHA256])
+    assert [p.name for p in (cache / "loaded-models").iterdir()] == [sha]
