@@ -52,8 +52,22 @@ class Pack:
         load_model: bool = True,
         threads: int | None = None,
         rerank: str | os.PathLike[str] | None = None,
+        require_signature: bool = False,
+        allow_unsigned: bool = False,
+        key: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``require_signature``, ``allow_unsigned``, ``key``: the signature policy (README
+        "Verify"): with trusted keys configured, an unsigned pack or one signed by an unknown
+        key is refused (PackError) unless ``allow_unsigned=True``."""
+        from kbpack.pack.sign import SignaturePolicy
+
+        policy = SignaturePolicy(Path(key) if key else None, require_signature, allow_unsigned)
         self.reader = PackReader(path)
+        try:
+            self.signature = policy.enforce(self.reader.header, self.reader.path)
+        except BaseException:
+            self.reader.close()
+            raise
         self._threads = threads
         self.path = self.reader.path
         self._rerank_arg = Path(rerank) if rerank else None

@@ -76,7 +76,13 @@ def test_trusted_keys_folder_from_the_environment(
     folder = tmp_path / "trusted"
     folder.mkdir()
     monkeypatch.setenv("KBPACK_TRUSTED_KEYS", str(folder))
+    # no trusted key at all: a required signature cannot be checked (README "Verify")
+    with pytest.raises(UsageError, match="no trusted keys are configured"):
+        verify_pack(signed, require_signature=True)
+    _, bob_pub, _ = keygen(tmp_path / "bob")
+    shutil.copyfile(bob_pub, folder / "bob.pub")
     assert codes(signed, require_signature=True) == ["signature-untrusted-key"]
+    assert codes(signed) == ["signature-untrusted-key"]  # keys configured: required anyway
     shutil.copyfile(keys[1], folder / "alice.pub")
     assert codes(signed, require_signature=True) == []
 
@@ -149,7 +155,11 @@ def test_the_verifying_key_never_comes_from_the_pack(
 ) -> None:
     # a forger re-signs an edited manifest with their own key: without that key being trusted
     # here, the signature is worthless
-    monkeypatch.setenv("KBPACK_TRUSTED_KEYS", str(tmp_path / "none"))
+    trusted = tmp_path / "trusted"
+    trusted.mkdir()
+    _, bob_pub, _ = keygen(tmp_path / "bob")
+    shutil.copyfile(bob_pub, trusted / "bob.pub")  # some key is trusted, not mallory's
+    monkeypatch.setenv("KBPACK_TRUSTED_KEYS", str(trusted))
     mallory, _, mallory_id = keygen(tmp_path / "mallory")
     sign_pack(signed, mallory)
     report = verify_pack(signed, require_signature=True)

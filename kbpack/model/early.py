@@ -59,9 +59,10 @@ VALUE_OPTIONS = frozenset(
         "--rerank-top",
         "--batch",
         "--threads",
+        "--key",
     }
 )
-FLAGS = frozenset({"--full", "--json", "-q", "--quiet"})
+FLAGS = frozenset({"--full", "--json", "-q", "--quiet", "--require-signature", "--allow-unsigned"})
 
 
 @dataclass(frozen=True)

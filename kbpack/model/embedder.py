@@ -24,7 +24,7 @@ import numpy as np
 from kbpack.errors import ModelError
 from kbpack.model import keys as K
 from kbpack.model.cache import default_model_path
-from kbpack.model.gguf_header import read_gguf_metadata
+from kbpack.model.gguf_header import check_hyperparameters, read_gguf_metadata
 from kbpack.model.identity import EMBEDDING_POOLINGS, ModelIdentity, identify_gguf, sha256_file
 from kbpack.model.llama_backend import load_cpu_backend
 from kbpack.model.prefixes import Prefixes, default_prefixes
@@ -124,6 +124,7 @@ class Embedder:
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
         self._n_ctx = context_tokens(self.window, positions)
         self._batch_tokens = min(BATCH_TOKENS, self._n_ctx)
+        check_hyperparameters(path)  # llama.cpp aborts on some (block_count 0), uncatchably
         self._llm = _load(path, self._n_ctx, self.threads)
         n_embd = int(self._llm.n_embd())
         if n_embd != self.dims:

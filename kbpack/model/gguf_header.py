@@ -205,3 +205,105 @@ class _Reader:
             if pos > self.size:
                 raise ModelError(f"{self.path}: GGUF string is truncated; the file is damaged")
         self.f.seek(pos)
+
+
+# -- hyperparameters against tensors (issue 30: a model from a pack is checked before llama.cpp
+# sees it; bert.block_count 0 made llama.cpp abort: GGML_ASSERT(n_layer_all > 0), exit 134)
+MAX_TENSORS = 1 << 16
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_BLOCKS = 1024
+MAX_WIDTH = 1 << 16  # embedding length, heads, feed-forward length
+MAX_CONTEXT = 1 << 20
+
+
+def read_gguf_tensors(path: Path) -> dict[str, tuple[int, ...]]:
+    """The tensor infos of ``path`` (name -> dims, llama.cpp's order: ne[0] first),
+    bounds-checked like the metadata."""
+    try:
+        with path.open("rb") as f:
+            return _tensors(f, path, path.stat().st_size)[1]
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
+
+
+def _tensors(f: BinaryIO, where: Any, size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, tensor infos) read from ``f`` at its start."""
+    meta = _read(f, where, size)
+    f.seek(8)
+    r = _Reader(f, where, size)
+    n_tensors, n_kv = r.scalar("<Q"), r.scalar("<Q")
+    if n_tensors > MAX_TENSORS:
+        raise ModelError(f"{where}: GGUF header claims {n_tensors} tensors; the file is damaged")
+    for _ in range(n_kv):
+        r.string(MAX_KEY_BYTES)
+        r.value(r.scalar("<I"))
+    tensors: dict[str, tuple[int, ...]] = {}
+    for _ in range(n_tensors):
+        name = r.string(MAX_KEY_BYTES)
+        n_dims = r.scalar("<I")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise ModelError(f"{where}: GGUF tensor {name!r} has {n_dims} dimensions; damaged")
+        tensors[name] = tuple(r.scalar("<Q") for _ in range(n_dims))
+        r.scalar("<I")  # type
+        r.scalar("<Q")  # offset
+    return meta, tensors
+
+
+def check_gguf_bytes(head: bytes, where: str) -> None:
+    """``check_hyperparameters`` on a GGUF's first bytes (verify's child holds them in memory:
+    it may write no file)."""
+    import io
+
+    meta, tensors = _tensors(io.BytesIO(head), where, len(head))
+    _check(meta, tensors, where)
+
+
+def check_hyperparameters(path: Path) -> None:
+    """ModelError (one line) unless the header's hyperparameters are positive, bounded and
+    agree with the tensors they describe: llama.cpp asserts on some of these (an abort no
+    Python code can catch) and trusts others to size its buffers."""
+    _check(read_gguf_metadata(path), read_gguf_tensors(path), path)
+
+
+def _check(meta: dict[str, Any], tensors: dict[str, Any], path: Any) -> None:
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ModelError(f"{path}: GGUF has no general.architecture; not a usable model")
+
+    def bounded(key: str, top: int, required: bool = True) -> int | None:
+        name = f"{arch}.{key}"
+        v = meta.get(name)
+        if v is None and not required:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= top:
+            raise ModelError(f"{path}: GGUF {name} is {v!r}, not in 1..{top}; the model is damaged")
+        return v
+
+    blocks = bounded("block_count", MAX_BLOCKS)
+    width = bounded("embedding_length", MAX_WIDTH)
+    bounded("context_length", MAX_CONTEXT)
+    heads = bounded("attention.head_count", MAX_WIDTH, required=False)
+    bounded("feed_forward_length", MAX_WIDTH * 4, required=False)
+    assert blocks is not None and width is not None
+    found = {int(n.split(".")[1]) for n in tensors if n.startswith("blk.") and _block_no(n)}
+    if found != set(range(blocks)):
+        raise ModelError(
+            f"{path}: GGUF {arch}.block_count is {blocks}, the file holds {len(found)} blocks "
+            "of tensors; the model is damaged"
+        )
+    if heads is not None and width % heads:
+        raise ModelError(
+            f"{path}: GGUF {arch}.embedding_length {width} is not a multiple of "
+            f"{arch}.attention.head_count {heads}; the model is damaged"
+        )
+    embd = tensors.get("token_embd.weight")
+    if embd is None or embd[0] != width:
+        raise ModelError(
+            f"{path}: GGUF token_embd.weight is {embd!r}, not {width} wide "
+            f"({arch}.embedding_length); the model is damaged"
+        )
+
+
+def _block_no(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) > 2 and parts[1].isdigit() and len(parts[1]) <= 6

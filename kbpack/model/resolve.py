@@ -122,6 +122,18 @@ def resolve_model(reader: PackReader, model: Path | None) -> tuple[Any | None, l
             return None, [
                 f"the model stored in the pack does not match its stamp {label}; run kbpack verify"
             ]
+        from kbpack.model.first_load import check_first_load
+        from kbpack.model.gguf_header import check_hyperparameters
+
+        try:  # before llama.cpp sees it: a crafted header aborts llama.cpp (issue 30)
+            check_hyperparameters(path)
+            check_first_load(path, want)  # want: the SHA-256 kbpack computed of these bytes
+        except ModelError as e:
+            why = str(e).removeprefix(f"{path}: ")
+            return None, [
+                f"{reader.path}: {F.MODEL_GGUF} is refused ({why}): dense search skipped, "
+                "lexical-only results; run kbpack verify"
+            ]
         return (path, prefixes), []
     try:
         from kbpack.model.embedder import default_model_path

@@ -30,49 +30,53 @@ def describe(path: Path) -> dict[str, Any]:
     from kbpack.pack.read import PackReader
 
     with PackReader(path) as r:
-        c = r.counts
-        names = r.strings(F.DOC_NAME)
-        status = r.strings(F.DOC_STATUS)
-        reasons = r.strings(F.DOC_REASON)
-        stages = r.strings(F.DOC_STAGE)
-        sizes = element_bytes(r)
-        from kbpack.ops.migrate import staleness
+        return describe_reader(r, path)
 
-        return {
-            "path": str(path),
-            "format_version": r.format_version,
-            "kbpack_version": r.manifest.kbpack_version,
-            "pipeline_version": r.root_attrs.get(F.R_PIPELINE_VERSION),
-            "created": r.manifest.created,
-            "file_size": r.manifest.file_size,
-            "signed": r.header.signature is not None,
-            "hdf5_metadata_checksummed": r.metadata_checksummed,
-            "counts": c,
-            "model": r.model,
-            "embedded_model": r.has_embedded_model,
-            "search": r.search_defaults,
-            "bm25": {
-                "k1": r.bm25_params[0],
-                "b": r.bm25_params[1],
-                # raw, so that a pack with an analyzer this kbpack lacks can still be inspected
-                "analyzer": str(r.attrs(F.BM25).get(F.BM25_ANALYZER, "plain")),
-            },
-            "element_bytes": sizes,
-            "failed": [
-                {"name": n, "stage": st, "reason": why}
-                for n, s, st, why in zip(names, status, stages, reasons, strict=True)
-                if s == "failed"
-            ],
-            "skipped": [
-                {"name": n, "reason": why}
-                for n, s, why in zip(names, status, reasons, strict=True)
-                if s == "skipped"
-            ],
-            "stale": staleness(r),
-            # how the pack came to be, when not by one build: merge, shard, member of a set
-            "provenance": {
-                k: r.manifest.extra[k]
-                for k in ("merged_from", "shard", "set")
-                if k in r.manifest.extra
-            },
-        }
+
+def describe_reader(r: Any, path: Path) -> dict[str, Any]:
+    """``describe`` of a pack already open: serve's ``/api/inspect`` describes the file it
+    checked and serves, never whatever the path names now."""
+    c = r.counts
+    names = r.strings(F.DOC_NAME)
+    status = r.strings(F.DOC_STATUS)
+    reasons = r.strings(F.DOC_REASON)
+    stages = r.strings(F.DOC_STAGE)
+    sizes = element_bytes(r)
+    from kbpack.ops.migrate import staleness
+
+    return {
+        "path": str(path),
+        "format_version": r.format_version,
+        "kbpack_version": r.manifest.kbpack_version,
+        "pipeline_version": r.root_attrs.get(F.R_PIPELINE_VERSION),
+        "created": r.manifest.created,
+        "file_size": r.manifest.file_size,
+        "signed": r.header.signature is not None,
+        "hdf5_metadata_checksummed": r.metadata_checksummed,
+        "counts": c,
+        "model": r.model,
+        "embedded_model": r.has_embedded_model,
+        "search": r.search_defaults,
+        "bm25": {
+            "k1": r.bm25_params[0],
+            "b": r.bm25_params[1],
+            # raw, so that a pack with an analyzer this kbpack lacks can still be inspected
+            "analyzer": str(r.attrs(F.BM25).get(F.BM25_ANALYZER, "plain")),
+        },
+        "element_bytes": sizes,
+        "failed": [
+            {"name": n, "stage": st, "reason": why}
+            for n, s, st, why in zip(names, status, stages, reasons, strict=True)
+            if s == "failed"
+        ],
+        "skipped": [
+            {"name": n, "reason": why}
+            for n, s, why in zip(names, status, reasons, strict=True)
+            if s == "skipped"
+        ],
+        "stale": staleness(r),
+        # how the pack came to be, when not by one build: merge, shard, member of a set
+        "provenance": {
+            k: r.manifest.extra[k] for k in ("merged_from", "shard", "set") if k in r.manifest.extra
+        },
+    }

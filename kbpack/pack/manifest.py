@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import struct
 from collections.abc import Mapping
@@ -79,6 +80,29 @@ def not_a_pack(where: str) -> str:
     )
 
 
+SET_ID = re.compile(r"[0-9a-f]{1,64}")  # spec §2: a hex string; it names backup files
+
+
+def _check_set(info: Any, where: str) -> None:
+    """A set member's ``set`` (spec §2): ``{"id": hex, "index": I, "count": N}``. Its id
+    becomes part of a backup file's name (``.STEM-00I.kbpack.set-ID``), so an id outside the
+    grammar ('/' in it made verify and query fail with a ValueError) is refused at open; the
+    index against the count and the file name is verify's (set-invalid, set-misnamed)."""
+    if info is None:
+        return
+    ok = isinstance(info, dict) and isinstance(info.get("id"), str)
+    ok = ok and SET_ID.fullmatch(info["id"]) is not None
+    ok = ok and all(
+        isinstance(info.get(k), int) and not isinstance(info.get(k), bool) and info[k] >= 0
+        for k in ("index", "count")
+    )
+    if not ok:
+        raise PackError(
+            f"{where}: manifest 'set' is not {{id: 1-64 lowercase hex digits, index, count}}: "
+            "the header is damaged; run kbpack verify"
+        )
+
+
 def parse_header(block: bytes, where: str) -> Header:
     """Parse a user block. Raises PackError naming ``where`` (the file) and the problem."""
     if len(block) < 16 or block[:8] != F.MAGIC:
@@ -136,6 +160,7 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
         isinstance(k, str) and isinstance(v, str) for k, v in elements.items()
     ):
         raise PackError(f"{where}: manifest elements must map element paths to digests")
+    _check_set(doc.get("set"), where)
     known = {
         "magic",
         "format_version",
@@ -195,8 +220,15 @@ def refuse_non_regular(path: Path, mode: int) -> None:
     raise UsageError(f"{path}: is {kind}, not a regular file, so not a pack; give a .kbpack file")
 
 
-def read_header(path: Path) -> Header:
-    """Read and parse the user block of ``path`` without touching HDF5."""
+def read_header(path: Path, where: str | os.PathLike[str] | None = None) -> Header:
+    """Read and parse the user block of ``path`` without touching HDF5; messages name
+    ``where`` (default: ``path``; a reader opening a held file by its /proc/self/fd path names
+    the pack instead)."""
+    if where is not None:
+        try:
+            return read_header(path)
+        except (PackError, UsageError) as e:  # (each keeps its type: its exit code)
+            raise type(e)(str(e).replace(str(path), str(where))) from e
     try:
         # O_NONBLOCK: opening a FIFO with no writer would otherwise block right here
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

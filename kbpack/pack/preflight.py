@@ -50,7 +50,14 @@ BASE_TIMEOUT_S = 60.0
 BYTES_PER_S = 20e6  # a slow USB stick: the child reads every string and every chunk index
 
 
-def _h5py_lock() -> Any:
+def release_inherited_lock() -> None:
+    """In a child forked under :func:`h5py_lock`: let go of the copy of the lock the fork left
+    held, so that threads of the child (verify's readers) can take it."""
+    with contextlib.suppress(Exception):
+        h5py_lock().release()
+
+
+def h5py_lock() -> Any:
     """h5py's global lock (``phil``, re-entrant: the forking thread, which is the child's only
     thread, may take it again there), or a no-op if a future h5py moves it."""
     try:
@@ -181,7 +188,9 @@ def is_remembered_clean(path: Path, header: Header) -> bool:
         return False
 
 
-def check_parses(path: Path, header: Header, file_size: int) -> bool:
+def check_parses(
+    path: Path, header: Header, file_size: int, where: str | os.PathLike[str] | None = None
+) -> bool:
     """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
     docstring); return at once for a pack already checked on this machine.
 
@@ -189,7 +198,8 @@ def check_parses(path: Path, header: Header, file_size: int) -> bool:
     included, or it is remembered: see the module docstring), so the reader need not run
     ``check_structure`` again (~13 ms of a cold query on the fixtures pack, more with more
     objects). False: run it (the child survived the state but did not find it clean, now or
-    remembered)."""
+    remembered). Messages name ``where`` (default ``path``)."""
+    shown = where if where is not None else path
     try:
         key = memo_key(path, header)
     except OSError:
@@ -206,7 +216,7 @@ def check_parses(path: Path, header: Header, file_size: int) -> bool:
         # Forked holding h5py's global lock: a thread of this process (serve's request
         # threads) inside h5py at the moment of the fork would leave the child's copy of the
         # lock held by nobody, and the child would wait for it until its time limit.
-        with _h5py_lock():
+        with h5py_lock():
             child = Isolated(parse_in_child, args, limits)
         try:
             result = child.result()
@@ -214,12 +224,13 @@ def check_parses(path: Path, header: Header, file_size: int) -> bool:
             child.cancel()
     except SandboxFailure as e:
         raise PackError(
-            f"{path}: refused: {e.detail}: the pack is damaged or hostile; run kbpack verify "
-            f"{path}, then copy the pack again"
+            f"{shown}: refused: {e.detail}: the pack is damaged or hostile; run kbpack verify "
+            f"{shown}, then copy the pack again"
         ) from e
     if result["heap"]:
         raise PackError(
-            f"{path}: damaged: {result['heap']}; run kbpack verify {path}, then copy the pack again"
+            f"{shown}: damaged: {result['heap']}; run kbpack verify {shown}, then copy the pack "
+            "again"
         )
     if key:
         _remember(key, clean=bool(result["clean"]))

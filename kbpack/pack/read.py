@@ -28,6 +28,7 @@ import numpy as np
 
 from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
+from kbpack.pack.checks import Checks, FileState, held_path
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, strings_digest
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.preflight import check_parses
@@ -226,13 +227,22 @@ ROW_REFERENCES: dict[str, tuple[str, int]] = {
 class PackReader:
     """A pack opened read-only. Use as a context manager or call ``close()``."""
 
-    def __init__(self, path: str | os.PathLike[str], *, check_structure_: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        check_structure_: bool = True,
+        via: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``via``: a path naming a file already open and checked (``checks.held_path`` of
+        its descriptor), so that the file read is the file checked; messages name ``path``."""
         self.path = Path(path)
         self.where = str(self.path)
-        if not self.path.exists():
+        src = Path(via) if via is not None else self.path
+        if not src.exists():
             raise NotAPackError(f"{self.path}: no such file; check the path")
-        refuse_non_regular(self.path, self.path.stat().st_mode)  # a FIFO would block
-        self.header: Header = read_header(self.path)
+        refuse_non_regular(self.path, src.stat().st_mode)  # a FIFO would block
+        self.header: Header = read_header(src, where=self.path if via is not None else None)
         self.manifest = self.header.manifest
         problem = count_key_problems(self.manifest.counts)
         if problem:
@@ -240,7 +250,7 @@ class PackReader:
                 f"{self.path}: the manifest is damaged ({problem}); run kbpack verify "
                 f"{self.path}, then copy the pack again"
             )
-        actual = self.path.stat().st_size
+        actual = src.stat().st_size
         if actual != self.manifest.file_size:
             what = "truncated" if actual < self.manifest.file_size else "has bytes appended"
             raise PackError(
@@ -251,11 +261,13 @@ class PackReader:
 
         # HDF5 parses it in a sandboxed child first (preflight.py), which checks the structure
         # too: a state it found clean (now or before) is not checked twice
-        checked = check_structure_ and check_parses(self.path, self.header, actual)
+        checked = check_structure_ and check_parses(src, self.header, actual, self.where)
         with hdf5_errors(self.where):
-            self.h5 = h5py.File(self.path, "r", locking=False)
+            self.h5 = h5py.File(src, "r", locking=False)
         self._cache: dict[str, Any] = {}
         self._stored: dict[str, StoredRows] = {}
+        self.fd, state = self._hold(actual)
+        self.checks = Checks(state, structure=check_structure_)
         if check_structure_ and not checked:
             with hdf5_errors(self.where):
                 findings = check_structure(
@@ -269,6 +281,38 @@ class PackReader:
                     else ""
                 )
                 raise PackError(f"{self.path}: refused: {findings[0]}{more}")
+
+    def _hold(self, size: int) -> tuple[int | None, FileState]:
+        """The descriptor HDF5 reads through and the state of the file behind it. The header
+        was read by path before HDF5 opened the file: read again through HDF5's descriptor, it
+        must be the same, or another file was swapped in while this one was being opened."""
+        try:
+            fd = int(self.h5.id.get_vfd_handle())
+            st = os.fstat(fd)
+        except Exception:  # another HDF5 driver: no descriptor to hold, the path's state
+            return None, FileState.of(os.stat(self.path))
+        again = os.pread(fd, F.USERBLOCK_SIZE, 0)
+        same = again[16 : 16 + len(self.header.manifest_bytes)] == self.header.manifest_bytes
+        if st.st_size != size or not same or again[:8] != F.MAGIC:
+            self.close()
+            raise PackError(
+                f"{self.path}: the file changed while it was being opened; open it again"
+            )
+        return fd, FileState.of(st)
+
+    @property
+    def held_path(self) -> str | None:
+        """A path naming the very file this reader holds open (for a check through it)."""
+        return held_path(self.fd) if self.fd is not None else None
+
+    def changed(self) -> FileState | None:
+        """The state of the file now at the reader's path when it is not the held one (a swap,
+        a write, a touch); None while the path still names the held file unchanged."""
+        try:
+            now = FileState.of(os.stat(self.path))
+        except OSError:
+            return None  # gone for now: keep serving the held file
+        return None if now == self.checks.state else now
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

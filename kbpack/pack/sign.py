@@ -289,3 +289,57 @@ def sign_updated(path: Path, old: str | None, key: Path | None) -> dict[str, Any
     if key is None and old is None:
         return None
     return {"old": old, "new": sign_pack(path, key) if key is not None else None}
+
+
+# -- the signature policy of every reader (issue 30) ------------------------------------------
+
+NO_KEYS = (
+    "a signature is required but no trusted keys are configured: put the signer's .pub in "
+    "$KBPACK_TRUSTED_KEYS (default ~/.config/kbpack/trusted-keys), or give --key FILE.pub"
+)
+
+
+@dataclass(frozen=True)
+class SignaturePolicy:
+    """What a reader demands of a pack's signature before it reads anything else.
+
+    * trusted keys configured (a ``*.pub`` in the trusted-keys directory) or ``key`` given: a
+      valid signature by one of them is required, unless ``allow_unsigned``;
+    * ``require``: required, and with no trusted key at all that is a usage error (a signature
+      checked against no key, or against a key the pack names, proves nothing);
+    * an invalid or malformed signature is refused always (the manifest was edited).
+    """
+
+    key: Path | None = None
+    require: bool = False
+    allow_unsigned: bool = False
+
+    def __post_init__(self) -> None:
+        if self.allow_unsigned and (self.require or self.key is not None):
+            raise UsageError("--allow-unsigned contradicts --require-signature and --key: give one")
+
+    def keys(self, warnings: list[str] | None = None) -> list[TrustedKey]:
+        return trusted_keys(self.key, warnings)
+
+    def required(self, keys: Sequence[TrustedKey]) -> bool:
+        if self.require or self.key is not None:
+            if not keys:
+                raise UsageError(NO_KEYS)
+            return True
+        return bool(keys) and not self.allow_unsigned
+
+    def enforce(self, header: Header, where: Any) -> SignatureCheck:
+        """The signature check of ``header``; PackError (one line) when the policy refuses."""
+        keys = self.keys()
+        required = self.required(keys)
+        check = check_signature(header, keys)
+        if check.status in ("invalid", "malformed"):
+            raise PackError(f"{where}: refused: {check.detail}; run kbpack verify {where}")
+        if required and check.status == "unsigned":
+            raise PackError(
+                f"{where}: refused: the pack is not signed, and this machine requires a "
+                "signature by a trusted key; ask its maker to sign it, or pass --allow-unsigned"
+            )
+        if required and check.status != "valid":
+            raise PackError(f"{where}: refused: {check.detail}; or pass --allow-unsigned")
+        return check

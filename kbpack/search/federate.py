@@ -271,9 +271,15 @@ class PackSet:
         load_model: bool = True,
         threads: int | None = None,
         rerank: str | os.PathLike[str] | None = None,
+        require_signature: bool = False,
+        allow_unsigned: bool = False,
+        key: str | os.PathLike[str] | None = None,
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack")
+        from kbpack.pack.sign import SignaturePolicy
+
+        policy = SignaturePolicy(Path(key) if key else None, require_signature, allow_unsigned)
         from kbpack.pack.set_publish import committed_members
 
         given = [Path(p) for p in paths]
@@ -283,6 +289,7 @@ class PackSet:
         try:
             for p in files:
                 self.readers.append(PackReader(p))
+                policy.enforce(self.readers[-1].header, p)  # before anything else is read
         except BaseException:
             self.close()
             raise

@@ -86,7 +86,7 @@ class Guard:
                 # a token in the URL becomes a cookie and leaves the URL (and the history)
                 rest = urlencode({k: v for k, v in query.items() if k != "token"})
                 path = scope.get("raw_path") or scope["path"].encode()
-                where = path.decode("latin-1") + (f"?{rest}" if rest else "")
+                where = local_path(path.decode("latin-1")) + (f"?{rest}" if rest else "")
                 cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
                 await redirect(send_secured, where, cookie)
                 return
@@ -105,6 +105,14 @@ class Guard:
     def _matches(self, given: str | None) -> bool:
         assert self.token is not None
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+
+def local_path(path: str) -> str:
+    """``path`` as a redirect target that stays on this server: a browser reads ``//host/x``
+    (and ``/\\host/x``) as another host, so leading slashes and backslashes collapse to one
+    (``GET //evil.example/x?token=T`` answered ``Location: //evil.example/x``: an open
+    redirect)."""
+    return "/" + path.lstrip("/\\")
 
 
 def cookie_token(header: str | None) -> str | None:

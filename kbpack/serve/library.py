@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import glob
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from kbpack.errors import PackError, UsageError
+from kbpack.errors import KbpackError, PackError, UsageError, describe
 from kbpack.pack import format as F
+from kbpack.pack.checks import FileState, held_path
 from kbpack.pack.read import PackReader
+from kbpack.pack.sign import SignaturePolicy
 from kbpack.search.searcher import MODES, Searcher, SearchResponse
 from kbpack.text.document import Page
 
@@ -85,14 +88,30 @@ class Document:
 
 @dataclass
 class Served:
-    """One open pack."""
+    """One open pack: the file checked at start (or at its last change) is the file served."""
 
     name: str
     path: Path
     reader: PackReader
     searcher: Searcher
-    verify: dict[str, Any]
+    status: dict[str, Any]  # the check run on this very file (``check_held``)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: FileState | None = None  # a new file at the path: being checked, or refused
+    change_note: str | None = None  # why the new file at the path is not served (yet)
+
+    @property
+    def verify(self) -> dict[str, Any]:
+        """What was checked on the served file: the labels are made from this alone."""
+        checks = self.reader.checks
+        return {**self.status, "level": checks.level, "checks": checks.as_dict()}
+
+    @property
+    def notes(self) -> list[str]:
+        change = self.change_note
+        if change is None and self.pending is not None:
+            change = f"{self.path} changed on disk: the new file is being checked; until it "
+            change += "passes, the file checked before is served"
+        return [*self.searcher.notes, *([change] if change else [])]
 
     @property
     def documents(self) -> list[str]:
@@ -118,7 +137,14 @@ def unique_names(paths: Sequence[Path]) -> list[str]:
 
 
 class Library:
-    """The packs of one ``kbpack serve`` or ``kbpack mcp``, looked up by name."""
+    """The packs of one ``kbpack serve`` or ``kbpack mcp``, looked up by name.
+
+    Each pack is opened once and checked through that open file (``check_held``); a request
+    first asks ``refresh`` whether the file at a pack's path changed (inode, size, mtime): a
+    changed one is opened and checked in a background thread while the held file is served,
+    and replaces it only once it passed the same check. A new file that fails is not served;
+    a note says so until the path changes again.
+    """
 
     def __init__(
         self,
@@ -126,43 +152,106 @@ class Library:
         *,
         model: Path | None = None,
         verify: bool = True,
+        full_verify: bool = False,
         load_model: bool = True,
         on_progress: Callable[[str], None] | None = None,
+        policy: SignaturePolicy | None = None,
     ) -> None:
         if not paths:
             raise UsageError("give at least one pack: kbpack serve PACK...")
-        say = on_progress or (lambda _: None)
+        self._say = on_progress or (lambda _: None)
+        self._model = model
+        self._verify = verify
+        self._full = full_verify
+        self._load_model = load_model
+        self._policy = policy or SignaturePolicy()  # default: the trusted keys configured
         self.packs: dict[str, Served] = {}
         self.federated: Any | None = None  # a SetSearcher when several packs are served
         self.by_file: dict[str, str] = {}
-        embedders: dict[str, tuple[Any, list[str]]] = {}
+        self._embedders: dict[str, tuple[Any, list[str]]] = {}
+        self._retired: list[PackReader] = []  # replaced files: a request may still read them
+        self._swap = threading.Lock()
         try:
             for name, path in zip(unique_names(paths), paths, strict=True):
-                status = {"checked": False, "intact": None, "signature": None}
-                if verify:
-                    say(f"verifying {path} (bytes, signature, structure)")
-                    status = quick_verify(path)
-                reader = PackReader(path)
-                embedder = None
-                notes: list[str] = []
-                if load_model and reader.model is not None:
-                    sha = str(reader.model[F.M_SHA256])
-                    if sha not in embedders:
-                        from kbpack.model.resolve import resolve_embedder
-
-                        say(f"loading the model of {path}")
-                        raw, why = resolve_embedder(reader, model)
-                        embedders[sha] = (SerialEmbedder(raw) if raw is not None else None, why)
-                    embedder, notes = embedders[sha]
-                elif reader.model is None:
-                    notes = ["this pack has no vectors (built with --no-vectors): lexical-only"]
-                searcher = Searcher(reader, embedder, notes)
-                searcher.prepare()
+                reader, searcher, status = self._open(Path(path))
                 self.packs[name] = Served(name, Path(path), reader, searcher, status)
             self.federated = self._federate()
         except BaseException:
             self.close()
             raise
+
+    def _open(self, path: Path) -> tuple[PackReader, Searcher, dict[str, Any]]:
+        """Open ``path`` once, check that open file, and make its searcher."""
+        status: dict[str, Any] = {"checked": False, "intact": None, "signature": None}
+        if self._verify:
+            what = "all five steps" if self._full else "bytes, signature, structure"
+            self._say(f"verifying {path} ({what})")
+            reader, status = open_checked(path, full=self._full, policy=self._policy)
+        else:
+            reader = PackReader(path)
+        try:
+            reader.checks.signature = self._policy.enforce(reader.header, path).as_dict()
+            embedder = None
+            notes: list[str] = []
+            if self._load_model and reader.model is not None:
+                sha = str(reader.model[F.M_SHA256])
+                if sha not in self._embedders:
+                    from kbpack.model.resolve import resolve_embedder
+
+                    self._say(f"loading the model of {path}")
+                    raw, why = resolve_embedder(reader, self._model)
+                    wrapped = SerialEmbedder(raw) if raw is not None else None
+                    self._embedders[sha] = (wrapped, why)
+                embedder, notes = self._embedders[sha]
+            elif reader.model is None:
+                notes = ["this pack has no vectors (built with --no-vectors): lexical-only"]
+            searcher = Searcher(reader, embedder, notes)
+            searcher.prepare()
+        except BaseException:
+            reader.close()
+            raise
+        return reader, searcher, status
+
+    def refresh(self) -> list[threading.Thread]:
+        """Notice packs whose file changed at their path; check each new file in a thread.
+        Costs one ``stat`` per pack, so every request calls it. Returns the threads started."""
+        started: list[threading.Thread] = []
+        for p in list(self.packs.values()):
+            now = p.reader.changed()
+            if now is None or now == p.pending:
+                continue
+            with self._swap:
+                if now == p.pending:
+                    continue
+                p.pending = now
+            t = threading.Thread(target=self._replace, args=(p, now), daemon=True)
+            t.start()
+            started.append(t)
+        return started
+
+    def _replace(self, p: Served, now: FileState) -> None:
+        try:
+            reader, searcher, status = self._open(p.path)
+        except Exception as e:  # refused (or unreadable): the held file stays served
+            why = str(e) if isinstance(e, KbpackError) else describe(e)
+            with self._swap:
+                if p.pending == now:
+                    p.change_note = (
+                        f"{p.path} changed on disk and the new file was refused ({why}); "
+                        "still serving the file checked before"
+                    )
+            return
+        with self._swap:
+            if p.pending != now or reader.checks.state != now:
+                reader.close()  # changed again meanwhile: the next refresh checks that one
+                return
+            with contextlib.ExitStack() as held:
+                for q in self.packs.values():
+                    held.enter_context(q.lock)
+                self._retired.append(p.reader)
+                p.reader, p.searcher, p.status = reader, searcher, status
+                p.pending, p.change_note = None, None
+                self.federated = self._federate()
 
     def _federate(self) -> Any | None:
         """One searcher over every pack (``kbpack query A B TEXT``'s), for a search that names
@@ -187,6 +276,8 @@ class Library:
     def close(self) -> None:
         for p in self.packs.values():
             p.reader.close()
+        for r in self._retired:
+            r.close()
 
     def __enter__(self) -> Library:
         return self
@@ -259,12 +350,12 @@ class Library:
             elif not holders:
                 raise NotFound(f"no served pack has a document named {name!r}")
         p = self.get(pack)
-        names = p.documents
+        r = p.reader  # once: a file swapped in meanwhile is not mixed into this answer
+        names = r.strings(F.DOC_NAME)
         try:
             row = names.index(name)
         except ValueError:
             raise NotFound(f"pack {p.name!r} has no document named {name!r}") from None
-        r = p.reader
         sec_doc = r.column(F.SEC_DOCUMENT)
         rows = np.flatnonzero(sec_doc == row)
         levels, parents = r.column(F.SEC_LEVEL), r.column(F.SEC_PARENT)
@@ -312,15 +403,79 @@ def check_query(query: str, k: int, mode: str) -> None:
         raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
 
 
-def quick_verify(path: Path) -> dict[str, Any]:
-    """Verify's first three steps (bytes, signature, structure); a pack that fails is refused."""
+class ChangedWhileChecked(PackError):
+    """The file at a pack's path changed while it was being checked: check the new one."""
+
+
+def open_checked(
+    path: Path, *, full: bool = False, policy: SignaturePolicy | None = None
+) -> tuple[PackReader, dict[str, Any]]:
+    """Open ``path`` once and check that open file, retrying (a few times) when the path was
+    swapped meanwhile: see :func:`check_once`."""
+    for _ in range(3):
+        try:
+            return check_once(path, full=full, policy=policy)
+        except ChangedWhileChecked:
+            continue
+    raise PackError(f"{path}: refused: the file keeps changing while it is checked; try again")
+
+
+def check_once(
+    path: Path, *, full: bool = False, policy: SignaturePolicy | None = None
+) -> tuple[PackReader, dict[str, Any]]:
+    """Open ``path`` once, verify that open file (the quick steps: bytes, signature,
+    structure; all five with ``full``), then read that same file (its inode, through the open
+    descriptor): a file swapped in at the path meanwhile is neither checked nor read. A pack
+    that fails is refused; the reader of one that passes records what ran in ``checks``."""
+    from kbpack.pack.manifest import refuse_non_regular
     from kbpack.verify.pipeline import verify_pack
 
-    report = verify_pack(path, quick=True)
-    if not report.intact:
-        first = report.findings[0]
-        raise PackError(
-            f"{path}: refused: verify found {len(report.findings)} problem(s), first {first}; "
-            "run kbpack verify on it, or serve it anyway with --no-verify"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror or e}; check the path") from e
+    try:
+        st = os.fstat(fd)
+        refuse_non_regular(path, st.st_mode)
+        held = held_path(fd)
+        p = policy or SignaturePolicy()
+        report = verify_pack(
+            Path(held or path),
+            quick=not full,
+            shown=path,
+            key=p.key,
+            require_signature=p.require,
+            allow_unsigned=p.allow_unsigned,
         )
-    return {"checked": True, "intact": True, "signature": report.signature, "notes": report.notes}
+        if not report.intact:
+            first = report.findings[0]
+            raise PackError(
+                f"{path}: refused: verify found {len(report.findings)} problem(s), first "
+                f"{first}; run kbpack verify on it, or serve it anyway with --no-verify"
+            )
+        try:
+            reader = PackReader(path, via=held)
+        except PackError:
+            # HDF5 resolves the /proc link to a real path, which a file removed from its
+            # path (swapped) no longer has: then the path changed, and the new file is checked
+            if _state(path) != FileState.of(st):
+                raise ChangedWhileChecked(str(path)) from None
+            raise
+    finally:
+        os.close(fd)
+    if reader.checks.state != FileState.of(st):  # written in place while it was checked
+        reader.close()
+        raise ChangedWhileChecked(str(path))
+    checks = reader.checks
+    checks.bytes_sha256 = True
+    checks.signature = report.signature
+    checks.full_verify = full
+    status = {"checked": True, "intact": True, "signature": report.signature, "notes": report.notes}
+    return reader, status
+
+
+def _state(path: Path) -> FileState | None:
+    try:
+        return FileState.of(os.stat(path))
+    except OSError:
+        return None

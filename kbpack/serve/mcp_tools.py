@@ -163,6 +163,7 @@ def build_server(library: Library, asker: Asker | None = None) -> Any:
         if fn is None:
             return error(f"no tool named {params.name!r}; the tools are search, read and ask")
         try:
+            library.refresh()  # a pack file changed at its path: checked before it is used
             # the library blocks (HDF5, llama.cpp): off the event loop
             out = await anyio.to_thread.run_sync(fn, library, dict(params.arguments or {}))
         except KbpackError as e:

@@ -9,6 +9,7 @@ Jinja2 with autoescaping on: the pages carry no script at all, and the CSP forbi
 from __future__ import annotations
 
 import re
+import sys
 from importlib import resources
 from typing import Any, TypedDict
 from urllib.parse import quote, urlencode
@@ -16,12 +17,13 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from kbpack.answer.grounding import CITATION
-from kbpack.errors import KbpackError, UsageError
+from kbpack.errors import KbpackError, UsageError, describe
 from kbpack.schema import SCHEMA
 from kbpack.serve.asking import Asker, Busy, answer_json
 from kbpack.serve.guard import Guard
@@ -52,6 +54,22 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+class DocNameConvertor(Convertor[str]):
+    """A document name in a URL: any characters, newlines included (``path``'s ``.*`` stops
+    at a newline, so a document whose name held one could not be opened: 404)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("docname", DocNameConvertor())
 _STATIC = resources.files("kbpack.serve").joinpath("static")
 # (bytes, media type) read once; served from memory by exact name: nothing else is reachable
 STATIC = {
@@ -193,15 +211,15 @@ def create_app(
         return JSONResponse({**shape("serve"), **document_json(doc, *span)})
 
     def api_inspect(request: Request) -> Response:
-        from kbpack.ops.inspect import describe
+        from kbpack.ops.inspect import describe_reader
 
         try:
             p = library.get(request.query_params.get("pack"))
+            reader, verify = p.reader, p.verify  # one file: the one served, as it was checked
+            described = describe_reader(reader, p.path)
         except KbpackError as e:
             return api_error(e)
-        return JSONResponse(
-            {**shape("inspect"), "pack": p.name, "verify": p.verify, **describe(p.path)}
-        )
+        return JSONResponse({**shape("inspect"), "pack": p.name, "verify": verify, **described})
 
     def api_packs(_: Request) -> Response:
         return JSONResponse(
@@ -230,16 +248,39 @@ def create_app(
     def not_found(request: Request, exc: Exception | None) -> Response:
         return PlainTextResponse("not found\n", status_code=404)
 
+    def fresh(endpoint: Any) -> Any:
+        """Each request first notices packs whose file changed at their path (a stat each);
+        the new file is checked in the background while this request is served the old one.
+        An error no endpoint expected (a damaged pack can raise from deep in HDF5) is one log
+        line and an error page or JSON error, never a bare 500 with a traceback."""
+
+        def run(request: Request) -> Response:
+            try:
+                library.refresh()
+                return endpoint(request)  # type: ignore[no-any-return]
+            except Exception as e:
+                error = (
+                    e
+                    if isinstance(e, KbpackError)
+                    else KbpackError(f"internal error: {describe(e)}")
+                )
+                print(f"kbpack serve: {request.url.path}: {error}", file=sys.stderr, flush=True)
+                if request.url.path.startswith("/api/"):
+                    return api_error(error)
+                return error_page(error)
+
+        return run
+
     app = Starlette(
         routes=[
-            Route("/", search_page),
-            Route("/doc/{name:path}", reader_page),
+            Route("/", fresh(search_page)),
+            Route("/doc/{name:docname}", fresh(reader_page)),
             Route("/static/{name}", static),
-            Route("/api/search", api_search),
-            Route("/api/ask", api_ask),
-            Route("/api/doc/{name:path}", api_doc),
-            Route("/api/inspect", api_inspect),
-            Route("/api/packs", api_packs),
+            Route("/api/search", fresh(api_search)),
+            Route("/api/ask", fresh(api_ask)),
+            Route("/api/doc/{name:docname}", fresh(api_doc)),
+            Route("/api/inspect", fresh(api_inspect)),
+            Route("/api/packs", fresh(api_packs)),
         ],
         exception_handlers={404: not_found},
     )
@@ -479,7 +520,7 @@ def pack_json(p: Any) -> dict[str, Any]:
         "chunks": int(r.counts.get("chunks", 0)),
         "model": None if r.model is None else r.model.get("name"),
         "dense": p.searcher.embedder is not None,
-        "notes": p.searcher.notes,
+        "notes": p.notes,
         "verify": p.verify,
     }
 

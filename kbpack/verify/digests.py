@@ -19,6 +19,9 @@ NORM_TOLERANCE = 1e-2  # float16 storage keeps unit norms within ~1e-3
 READ_BLOCK_BYTES = 16 * 2**20
 
 
+GGUF_HEAD_BYTES = 32 << 20  # a GGUF's metadata and tensor infos (the default model's: ~0.7 MB)
+
+
 class ElementDigests(ExamState):
     """Step 4: digests compared, values kept in ``num``, ``raw`` and ``attrs``."""
 
@@ -102,6 +105,8 @@ class ElementDigests(ExamState):
                 self.stats["piece_rows"] = at + len(block)
             elif el.path != F.MODEL_GGUF:
                 parts.append(block)
+            elif len(self.gguf_head) < GGUF_HEAD_BYTES:  # its header, for invariants/vectors
+                self.gguf_head += block.tobytes()[: GGUF_HEAD_BYTES - len(self.gguf_head)]
         digest = d.hexdigest()
         if el.path == F.MODEL_GGUF:
             self.gguf_sha = digest  # u1 values: the digest is the SHA-256 of the GGUF file

@@ -44,6 +44,7 @@ class ExamState:
         self.piece_bad: dict[str, list[int]] = {"nonfinite": [], "norm": []}
         self.piece_counts = {"nonfinite": 0, "norm": 0}
         self.gguf_sha: str | None = None
+        self.gguf_head = b""  # the stored GGUF's first bytes: its header (digests.py)
         self._texts: dict[int, str | None] = {}
 
     def add(self, code: str, path: str, detail: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from kbpack.errors import UsageError
 from kbpack.pack.manifest import refuse_non_regular
-from kbpack.pack.preflight import memo_key, remember_parsed
+from kbpack.pack.preflight import h5py_lock, memo_key, release_inherited_lock, remember_parsed
 from kbpack.pack.structure import Finding
 from kbpack.runtime.sandbox import Isolated, Limits, SandboxFailure, run_isolated
 from kbpack.verify.digests import NORM_TOLERANCE
@@ -120,6 +120,8 @@ CODES: dict[str, str] = {
     "chunk-page": "a chunk page that is not a page of its document",
     "model-stamp": "the model identity stamp is missing or malformed",
     "model-file-mismatch": "the stored GGUF's SHA-256 differs from the model stamp",
+    "model-invalid": "the stored GGUF's hyperparameters are out of range or disagree with its "
+    "tensors (llama.cpp would abort on it)",
     "vectors-unexpected": "vectors in a pack whose root says it has none",
     "dims-mismatch": "vector dims differ from the model stamp",
     "vector-count": "not one vector per chunk",
@@ -166,6 +168,8 @@ def verify_pack(
     locate_damage: bool = True,
     limits: Limits | None = None,
     checked_apart: Collection[Path] = (),
+    shown: Path | None = None,
+    allow_unsigned: bool = False,
 ) -> VerifyReport:
     """Run the five steps on ``path``. Raises UsageError only for what the user must fix
     (no such file, a bad key file); everything wrong with the pack is a finding.
@@ -174,8 +178,17 @@ def verify_pack(
     skips steps 3-5 when step 1 already failed (bulk damage tests); the report still fails.
     A set member's siblings get the byte check (size only when ``quick``), except those in
     ``checked_apart``: the same run verifies them in full.
+    ``shown``: the pack's own path when ``path`` names an open file (``PackReader.held_path``,
+    so that the file checked is the file a reader holds): the report names ``shown``, and the
+    other members of a pack set are looked for beside it.
     """
     path = Path(path)
+    shown = Path(shown) if shown is not None else path
+    from kbpack.pack.sign import SignaturePolicy
+
+    # trusted keys configured: a signature is required unless allow_unsigned (issue 30)
+    policy = SignaturePolicy(key, require_signature, allow_unsigned)
+    required = policy.required(policy.keys())
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
@@ -185,7 +198,7 @@ def verify_pack(
             )
         raise UsageError(f"{path}: is a directory, not a pack")
     refuse_non_regular(path, path.stat().st_mode)  # a FIFO or a device would block or never end
-    report = VerifyReport(str(path))
+    report = VerifyReport(str(shown))
     header, actual_size = read_user_block(path, report)
     seen = ""
     if header is not None:  # the file's state as verify begins (preflight.py remembers it)
@@ -202,18 +215,21 @@ def verify_pack(
     if locate_damage:
         # forked now so that it loads h5py while we hash; it parses nothing until released
         args = (str(path), manifest_dict(header), actual_size, quick, bm25_sample)
-        child = Isolated(examine, args, limits, preload=preload_hdf5)
+        # forked holding h5py's lock: serve checks a changed pack while request threads read
+        with h5py_lock():
+            child = Isolated(examine, args, limits, preload=_preload)
     try:
         if header is not None:
             check_bytes(path, header, actual_size, report)
-        verify_signature(header, key, require_signature or key is not None, report)
+        verify_signature(header, key, required, report)
         if child is None and report.status["bytes"] != "ok":
             for s in STEPS[2:]:
                 report.skip(s, "bytes already damaged; not located")
             return report
         if child is None:
             args = (str(path), manifest_dict(header), actual_size, quick, bm25_sample)
-            child = Isolated(examine, args, limits)
+            with h5py_lock():
+                child = Isolated(examine, args, limits, preload=release_inherited_lock)
         result = child.result()
     except SandboxFailure as e:
         report.add("structure", [Finding(e.code, "/", e.detail)])
@@ -227,11 +243,16 @@ def verify_pack(
     if header is not None and report.status["bytes"] != "ok":
         classify_foreign_manifest(report, result)
     if header is not None:
-        _check_set(path, header.manifest.extra, report, quick, checked_apart)
+        _check_set(shown, header.manifest.extra, report, quick, checked_apart)
     if header is not None and not quick and report.intact:
         # the child read everything the first open's pre-flight reads: remember it
         remember_parsed(path, header, seen)
     return report
+
+
+def _preload() -> None:
+    release_inherited_lock()  # the child's own threads read HDF5 too
+    preload_hdf5()
 
 
 def _check_set(

@@ -40,6 +40,29 @@ def json_option(f: F) -> F:
     )
 
 
+def signature_options(f: F) -> F:
+    """The signature policy of a reader (README "Verify"): --require-signature, --key,
+    --allow-unsigned."""
+    f = click.option(
+        "--allow-unsigned",
+        is_flag=True,
+        help="Read the pack even unsigned or signed by an unknown key, though trusted keys "
+        "are configured.",
+    )(f)
+    f = click.option(
+        "--key",
+        "signature_key",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Trust only this public key (.pub) and require a signature by it.",
+    )(f)
+    return click.option(
+        "--require-signature",
+        is_flag=True,
+        help="Refuse the pack unless a trusted key signed it (trusted: --key, else *.pub in "
+        "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys; none there: refused).",
+    )(f)
+
+
 def quiet_option(f: F) -> F:
     return click.option("--quiet", "-q", is_flag=True, help="No progress and no summary.")(f)
 

@@ -17,6 +17,7 @@ from kbpack.cli.commands.common import (
     json_option,
     quiet_option,
     say,
+    signature_options,
     threads_option,
 )
 from kbpack.errors import Exit, KbpackError, UsageError
@@ -123,6 +124,7 @@ class QueryCommand(click.Command):
 @threads_option
 @json_option
 @quiet_option
+@signature_options
 def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     """Search PACK for TEXT. Exit 0 with results, 3 when nothing passes the threshold.
 
@@ -157,6 +159,9 @@ def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
         "load_model": kw["mode"] != "bm25",
         "threads": kw.pop("threads"),
         "rerank": kw.pop("rerank"),
+        "require_signature": kw.pop("require_signature"),
+        "allow_unsigned": kw.pop("allow_unsigned"),
+        "key": kw.pop("signature_key"),
     }
     opened = kbpack.open(pack, **how) if len(packs) == 1 else kbpack.open_many(packs, **how)
     with opened as p:

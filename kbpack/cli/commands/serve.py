@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json_line, json_option, quiet_option, stderr_is_tty
+from kbpack.cli.commands.common import (
+    emit_json_line,
+    json_option,
+    quiet_option,
+    signature_options,
+    stderr_is_tty,
+)
 from kbpack.cli.commands.common import say as echo
 from kbpack.errors import UsageError
 
@@ -37,6 +43,12 @@ def _common(f: Any) -> Any:
         "--no-verify",
         is_flag=True,
         help="Serve packs without checking them first (the page says they were not verified).",
+    )(f)
+    f = click.option(
+        "--full-verify",
+        is_flag=True,
+        help="Check each pack with the full kbpack verify before serving it (default: its "
+        "first three steps: bytes, signature, structure); only then is it labelled verified.",
     )(f)
     return click.option(
         "--model",
@@ -82,8 +94,14 @@ def _check_llm(llm: Path | None) -> None:
         check_chat_gguf(llm)  # a wrong file is a usage error before any pack is opened
 
 
+def _one_check(no_verify: bool, full_verify: bool) -> None:
+    if no_verify and full_verify:
+        raise UsageError("--no-verify and --full-verify contradict each other: give one")
+
+
 @click.command()
 @_packs_argument
+@signature_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--port",
@@ -108,10 +126,14 @@ def serve(
     token: str | None,
     open_browser: bool,
     no_verify: bool,
+    full_verify: bool,
     model: Path | None,
     llm: Path | None,
     max_tokens: int,
     context: int,
+    require_signature: bool,
+    signature_key: Path | None,
+    allow_unsigned: bool,
     quiet: bool,
     as_json: bool,
 ) -> int:
@@ -125,6 +147,7 @@ def serve(
 
     import uvicorn
 
+    from kbpack.pack.sign import SignaturePolicy
     from kbpack.serve.guard import is_loopback
     from kbpack.serve.library import Library
     from kbpack.serve.web import create_app
@@ -140,7 +163,15 @@ def serve(
             echo(msg, err=True)
 
     progress = say if stderr_is_tty() else None
-    library = Library(list(packs), model=model, verify=not no_verify, on_progress=progress)
+    _one_check(no_verify, full_verify)
+    library = Library(
+        list(packs),
+        model=model,
+        verify=not no_verify,
+        full_verify=full_verify,
+        on_progress=progress,
+        policy=SignaturePolicy(signature_key, require_signature, allow_unsigned),
+    )
     try:
         asker = _asker(library, llm, max_tokens, context, progress)
         # bind first (port 0 picks a free port) so the printed URL is the real one
@@ -176,8 +207,8 @@ def serve(
             sys.stdout.flush()
         else:
             for p in library.packs.values():
-                state = "verified" if p.verify["checked"] else "NOT verified (--no-verify)"
-                say(f"  {p.name}: {p.path} ({state})")
+                state = p.reader.checks.label()  # exactly what ran on the served file
+                say(f"  {p.name}: {p.path}: {state}")
                 for note in p.searcher.notes:
                     say(f"    note: {note}")
             if asker.model is not None:
@@ -203,13 +234,18 @@ def serve(
 @_packs_argument
 @_common
 @_llm_options
+@signature_options
 def mcp(
     packs: tuple[Path, ...],
     no_verify: bool,
+    full_verify: bool,
     model: Path | None,
     llm: Path | None,
     max_tokens: int,
     context: int,
+    require_signature: bool,
+    signature_key: Path | None,
+    allow_unsigned: bool,
 ) -> int:
     """Serve PACKs to a local agent over the Model Context Protocol (stdio).
 
@@ -219,9 +255,17 @@ def mcp(
     """
     _needs("mcp")
     _check_llm(llm)
+    from kbpack.pack.sign import SignaturePolicy
     from kbpack.serve.library import Library
     from kbpack.serve.mcp_tools import run_stdio
 
-    with Library(list(packs), model=model, verify=not no_verify) as library:
+    _one_check(no_verify, full_verify)
+    with Library(
+        list(packs),
+        model=model,
+        verify=not no_verify,
+        full_verify=full_verify,
+        policy=SignaturePolicy(signature_key, require_signature, allow_unsigned),
+    ) as library:
         run_stdio(library, _asker(library, llm, max_tokens, context))
     return 0

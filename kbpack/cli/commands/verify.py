@@ -32,6 +32,12 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
     help="Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
     "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys.",
 )
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Pass an unsigned pack (or one signed by an unknown key) though trusted keys are "
+    "configured.",
+)
 @click.option("--quick", is_flag=True, help="Stop after bytes, signature and structure.")
 @click.option(
     "--deep",
@@ -43,6 +49,7 @@ def verify(
     packs: tuple[Path, ...],
     key: Path | None,
     require_signature: bool,
+    allow_unsigned: bool,
     quick: bool,
     deep: bool,
     as_json: bool,
@@ -55,20 +62,33 @@ def verify(
     Exit 0 when every pack is intact, 1 with findings, 2 on a usage error (the worst of the
     packs).
     """
+    policy = (key, require_signature, allow_unsigned)
     if len(packs) == 1:
-        return _verify_one(packs[0], key, require_signature, quick, deep, as_json)
-    return _verify_many(packs, key, require_signature, quick, deep, as_json)
+        return _verify_one(packs[0], policy, quick, deep, as_json)
+    return _verify_many(packs, policy, quick, deep, as_json)
 
 
 def _check(
-    pack: Path, key: Path | None, require: bool, quick: bool, deep: bool, apart: tuple[Path, ...]
+    pack: Path,
+    policy: tuple[Path | None, bool, bool],
+    quick: bool,
+    deep: bool,
+    apart: tuple[Path, ...],
 ) -> Any:
+    """verify_pack under the signature policy (key, require a signature, allow unsigned)."""
     from kbpack.pack.verified import identity, remember_verified
     from kbpack.verify.pipeline import verify_pack
 
+    key, require, allow_unsigned = policy
     before = identity(pack)  # the pack as it is now: a pass is remembered for this one only
     report = verify_pack(
-        pack, key=key, require_signature=require, quick=quick, deep=deep, checked_apart=apart
+        pack,
+        key=key,
+        require_signature=require,
+        allow_unsigned=allow_unsigned,
+        quick=quick,
+        deep=deep,
+        checked_apart=apart,
     )
     if report.intact and not quick:
         remember_verified(pack, before)  # so that query stops suggesting verify
@@ -76,11 +96,11 @@ def _check(
 
 
 def _verify_one(
-    pack: Path, key: Path | None, require_signature: bool, quick: bool, deep: bool, as_json: bool
+    pack: Path, policy: tuple[Path | None, bool, bool], quick: bool, deep: bool, as_json: bool
 ) -> int:
     from kbpack.verify.pipeline import STEPS
 
-    report = _check(pack, key, require_signature, quick, deep, ())
+    report = _check(pack, policy, quick, deep, ())
     if as_json:
         emit_json(report.as_dict())
         return 0 if report.intact else 1
@@ -104,8 +124,7 @@ def _verify_one(
 
 def _verify_many(
     packs: tuple[Path, ...],
-    key: Path | None,
-    require_signature: bool,
+    policy: tuple[Path | None, bool, bool],
     quick: bool,
     deep: bool,
     as_json: bool,
@@ -118,7 +137,7 @@ def _verify_many(
     worst = int(Exit.OK)
     for pack in packs:
         try:
-            report = _check(pack, key, require_signature, quick, deep, packs)
+            report = _check(pack, policy, quick, deep, packs)
         except UsageError as e:  # this one cannot be checked; the others still are
             results.append({"path": str(pack), "intact": False, "error": str(e)})
             worst = max(worst, int(e.exit_code))

@@ -44,6 +44,14 @@ class VectorInvariants(ExamState):
                 F.MODEL_GGUF,
                 f"SHA-256 of the stored GGUF {self.gguf_sha[:16]}… differs from the stamp's",
             )
+        if self.gguf_head:
+            from kbpack.errors import ModelError
+            from kbpack.model.gguf_header import check_gguf_bytes
+
+            try:  # what query would refuse before llama.cpp sees it (resolve.py)
+                check_gguf_bytes(self.gguf_head, F.MODEL_GGUF)
+            except ModelError as e:
+                self.add("model-invalid", F.MODEL_GGUF, str(e).split(": ", 1)[-1])
         vattrs = self.attrs.get(F.VECTORS, {})
         if dims is not None and vattrs.get("dims", dims) != dims:
             self.add(
