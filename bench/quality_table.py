@@ -1,4 +1,4 @@
-"""README "Quality": the development-set table, generated, and the paired tests behind each rule.
+"""docs/quality.md: the development-set table, generated, and the paired tests behind each rule.
 
     python bench/quality_table.py PACK [--stem-pack PACK2] [--markdown]
 

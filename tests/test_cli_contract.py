@@ -20,9 +20,10 @@ import pytest
 from kbpack.cli.commands.common import SCHEMA
 from kbpack.cli.main import EXIT, cli, main
 from kbpack.errors import Exit
+from tests.user_docs import user_docs
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text()
+README = user_docs()  # README.md and docs/*.md
 
 # Commands that cannot print JSON: mcp's stdout is the protocol (JSON-RPC) itself.
 NO_JSON: set[str] = {"mcp"}

@@ -11,10 +11,11 @@ from click.testing import CliRunner
 from kbpack.cli.main import COMMANDS, cli
 from kbpack.pack import format as F
 from kbpack.text import analyze as lexical
+from tests.user_docs import user_docs
 
 ROOT = Path(__file__).parent.parent
 SPEC = (ROOT / "spec" / "FORMAT.md").read_text()
-README = (ROOT / "README.md").read_text()
+README = user_docs()  # README.md and docs/*.md
 
 
 def test_every_element_is_in_the_spec() -> None:

@@ -1,4 +1,4 @@
-"""The package layout is the architecture (README "Development", issue 31): import-linter's
+"""The package layout is the architecture (docs/development.md, issue 31): import-linter's
 contracts in pyproject.toml hold, no import circle exists, and kbpack/ keeps few loose modules."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_few_loose_modules_at_the_top() -> None:
 
 
 def test_the_public_python_names_keep_working() -> None:
-    """README "Python": the API and its result types, at the root and where they were in 0.2."""
+    """docs/python.md: the API and its result types, at the root and where they were in 0.2."""
     import kbpack
     from kbpack.search import Result, Searcher, SearchResponse
 

@@ -8,7 +8,6 @@ constant changes, this test names the sentence to update.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import click
 import pytest
@@ -17,8 +16,9 @@ from kbpack.cli.render import QUOTE_CHARS
 from kbpack.pack import format as F
 from kbpack.search import fusion
 from kbpack.search import searcher as search
+from tests.user_docs import user_docs
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+README = user_docs()  # README.md and docs/*.md
 TEXT = " ".join(README.split())  # sentences wrap across lines
 
 

@@ -76,7 +76,7 @@ def test_trusted_keys_folder_from_the_environment(
     folder = tmp_path / "trusted"
     folder.mkdir()
     monkeypatch.setenv("KBPACK_TRUSTED_KEYS", str(folder))
-    # no trusted key at all: a required signature cannot be checked (README "Verify")
+    # no trusted key at all: a required signature cannot be checked (docs/verify.md)
     with pytest.raises(UsageError, match="no trusted keys are configured"):
         verify_pack(signed, require_signature=True)
     _, bob_pub, _ = keygen(tmp_path / "bob")

@@ -1,4 +1,4 @@
-"""Issue 30, item 6: a signature policy that every reader follows (README "Verify").
+"""Issue 30, item 6: a signature policy that every reader follows (docs/verify.md).
 
 With trusted keys configured, ``verify``, ``query``, ``serve``/``mcp`` (their library) and
 ``kbpack.open`` refuse an unsigned pack and one signed by an unknown key unless told

@@ -32,7 +32,7 @@ from kbpack.pack.format import PIECE_MIN_CHARS as PIECE_MIN_CHARS
 from kbpack.pack.format import PIECE_RULE as PIECE_RULE
 from kbpack.pack.format import PIECE_WEIGHT as PIECE_WEIGHT
 
-# On: bench/pieces.py measured a win on both phrasings of the development set (README "Quality")
+# On: bench/pieces.py measured a win on both phrasings of the development set (docs/quality.md)
 DEFAULT_PIECES = True
 
 _WORDS = re.compile(r"\S+")

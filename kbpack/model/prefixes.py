@@ -9,7 +9,7 @@ without it. Prefixes go into the embedded text only; quoted content and offsets 
 
 Defaults are chosen by the model's GGUF name (``general.name``, then the file name), normalised (lower case, every run of other characters -> ``-``) so that the
 names llama.cpp's converter writes ("Bge Small En v1.5") and the repository names
-("bge-small-en-v1.5") both match. The table is README "Models" -> "Prefixes".
+("bge-small-en-v1.5") both match. The table is docs/models.md -> "Prefixes".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ "The pack never mentions X": query words that no chunk holds and that are rare in the
 query's language, the mark of a question about a neighbouring tool or product (issue 32).
 
-The rule (README "Refusal", spec/JSON.md ``not_in_pack``), applied to each word of the query
+The rule (docs/search.md (Refusal), spec/JSON.md ``not_in_pack``), applied to each word of the query
 as typed (split on white space; quotes and brackets stripped from both ends, sentence
 punctuation from the end, then a possessive ``'s``):
 
@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 RARE_ZIPF = 2.0
 LANGUAGES = ("en", "it")  # the first wins a tie
 # the refusal rule: a query with such a word is refused unless its nearest chunk is at most this
-# cosine distance away (the lead measured on the independent sets; README "Refusal")
+# cosine distance away (the lead measured on the independent sets; docs/search.md (Refusal))
 NEAR_DISTANCE = 0.45
 
 # sentence punctuation around a word; a leading "." "-" "$" "%" "@" "#" is part of what was

@@ -1,6 +1,6 @@
 """Hybrid fusion by scores: a convex combination of the normalised cosine and BM25 scores.
 
-The rule (README "Query", spec "Fusion"), over the candidates = dense top 100 union BM25 top 100::
+The rule (docs/search.md, spec "Fusion"), over the candidates = dense top 100 union BM25 top 100::
 
     score(c) = 0.8 * minmax(cos)(c) + 0.2 * bm25(c) / max bm25
 
@@ -18,7 +18,7 @@ terms) lost to dense alone on user-worded questions outside the development set,
 ``HTML``, ``TCP``, ``40`` in ordinary questions switched full RRF on. The weight 0.8 is a round
 value: bench/fusion.py shows it against 0.7 and 0.9 on both phrasings. It stays the same for
 every query: lexical weights that grow with the IDF of the query's terms (bench/quality_table.py
---idf, README "Quality") did not win on both phrasings of the development set.
+--idf, docs/quality.md) did not win on both phrasings of the development set.
 """
 
 from __future__ import annotations

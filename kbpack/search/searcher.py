@@ -1,7 +1,7 @@
 """Query a pack: BM25 and dense candidates, fused by scores, gated by a refusal threshold,
 returned as citations.
 
-Fusion (``kbpack.search.fusion``, README "Query"): over the dense top 100 union the BM25 top 100,
+Fusion (``kbpack.search.fusion``, docs/search.md): over the dense top 100 union the BM25 top 100,
 ``0.8 * minmax(cos) + 0.2 * bm25 / max bm25``. ``rrf`` stays here for bench/fusion.py, which
 measures the rule against the reciprocal-rank rules it replaced.
 

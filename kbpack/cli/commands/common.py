@@ -41,7 +41,7 @@ def json_option(f: F) -> F:
 
 
 def signature_options(f: F) -> F:
-    """The signature policy of a reader (README "Verify"): --require-signature, --key,
+    """The signature policy of a reader (docs/verify.md): --require-signature, --key,
     --allow-unsigned."""
     f = click.option(
         "--allow-unsigned",
