@@ -32,7 +32,7 @@ EXIT: dict[Exit, str] = {
     "whose stdout is closed early by its reader, as `head` does: nothing is printed)",
     Exit.FAILURE: "failure: verify findings, diff differences, a build with no document (unless "
     "`--allow-empty`), a failed or skipped document with `--strict` (files of unsupported types "
-    'aside), a damaged pack, a pack refused by the signature policy (docs/verify.md), a failed '
+    "aside), a damaged pack, a pack refused by the signature policy (docs/verify.md), a failed "
     "`--batch` line, a full disk",
     Exit.USAGE: "usage error: unknown option or bad value, missing or unreadable input, not a "
     "pack, a path that is not a regular file (a FIFO, a device, a socket: refused by every "

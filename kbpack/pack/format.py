@@ -170,7 +170,7 @@ PIECE_WEIGHT_ATTR = "weight"
 SEARCH_MAX_DISTANCE = "max_distance"
 SEARCH_CALIBRATION = "calibration"  # JSON: threshold, rule, files, when
 
-DEFAULT_MAX_DISTANCE = 0.675  # cosine distance; see docs/search.md (Refusal) for where it comes from
+DEFAULT_MAX_DISTANCE = 0.675  # cosine distance; docs/search.md (Refusal) says where it comes from
 
 STATUSES = ("ok", "failed", "skipped")
 
