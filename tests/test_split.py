@@ -312,3 +312,14 @@ def test_cli_build_split_size_summary_names_the_set_and_lists_its_members(
     assert human_size(total) in lines[0]  # the members' bytes, summed
     listed = [line.split()[1] for line in lines if line.startswith("  member   ")]
     assert listed == [str(m) for m in members]
+
+
+def test_a_backup_is_found_whatever_digits_its_set_id_holds(tmp_path: Path) -> None:
+    """A set id is hex: one that starts with digits ('123abc') was read as the member index of
+    its backup (.set-002.kbpack.set-123abc -> 123), so a member moved aside went unread in
+    about a quarter of runs (test_without_hard_links_a_member_moved_aside_is_still_read)."""
+    from kbpack.pack.set_publish import _backed_up
+
+    for name in (".set-002.kbpack.set-123abc", ".set-003.kbpack.set-ffee", ".set-004.kbpack.set-9"):
+        (tmp_path / name).write_bytes(b"")
+    assert _backed_up(tmp_path / "set.kbpack") == {2, 3, 4}

@@ -73,8 +73,10 @@ def _backups(out: Path) -> list[Path]:
 
 
 def _backed_up(out: Path) -> set[int]:
-    """The member indices that have a backup beside ``out``'s set (of any set id)."""
-    return {int(re.findall(r"-(\d{3,})", p.name)[-1]) for p in _backups(out)}
+    """The member indices that have a backup beside ``out``'s set (of any set id). The index is
+    the one after the set's stem: a set id may itself hold a run of digits after a '-'."""
+    at = len(out.stem) + 2  # ".STEM-" comes first
+    return {int(re.match(r"\d{3,}", p.name[at:]).group()) for p in _backups(out)}  # type: ignore[union-attr]
 
 
 def publish_set(parts: Sequence[Path], out: Path) -> list[Path]:
