@@ -187,3 +187,10 @@ def test_split_refuses_an_incomplete_set(members: list[Path], tmp_path: Path) ->
     assert r.exit_code == 2
     assert f"{members[1]}: member 2 of {len(members)} of set" in r.stderr
     assert "copy the whole set" in r.stderr
+
+
+def test_a_size_error_names_the_option_as_typed(tmp_path: Path) -> None:
+    golden = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "v2.kbpack"
+    args = ["split", str(golden), "-o", str(tmp_path / "set.kbpack")]
+    r = CliRunner().invoke(cli, [*args, "--size", "400K"])
+    assert r.exit_code == 2 and "--size 400K: members need at least 1M" in r.output

@@ -45,14 +45,15 @@ _PER_ROW_STRING = 48  # an HDF5 variable-length string: descriptor plus global-h
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str) -> int:
-    """``"3.9G"``, ``"700M"``, ``"4000000000"`` -> bytes (K, M, G, T are powers of 1024)."""
+def parse_size(text: str, option: str = "--split-size") -> int:
+    """``"3.9G"``, ``"700M"``, ``"4000000000"`` -> bytes (K, M, G, T are powers of 1024);
+    errors name ``option``, as the user spelled the size."""
     m = _SIZE.match(text)
     if not m:
-        raise UsageError(f"--split-size {text}: write a size such as 3.9G, 700M or 4000000000")
+        raise UsageError(f"{option} {text}: write a size such as 3.9G, 700M or 4000000000")
     value = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " ")
     if value < 2**20:
-        raise UsageError(f"--split-size {text}: members need at least 1M")
+        raise UsageError(f"{option} {text}: members need at least 1M")
     return int(value)
 
 

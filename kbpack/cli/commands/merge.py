@@ -130,7 +130,9 @@ def split(
     from kbpack.ops.split import parse_size
     from kbpack.runtime.progress import Progress
 
-    report = recut(list(packs), out, parse_size(size), key, Progress(show_progress(quiet, as_json)))
+    report = recut(
+        list(packs), out, parse_size(size, "--size"), key, Progress(show_progress(quiet, as_json))
+    )
     if as_json:
         emit_json(report.as_dict())
         return 0
