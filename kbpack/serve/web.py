@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from kbpack.answer.grounding import CITATION
 from kbpack.errors import KbpackError, UsageError, describe
+from kbpack.runtime.terminal import printable
 from kbpack.schema import SCHEMA
 from kbpack.serve.asking import Asker, Busy, answer_json
 from kbpack.serve.guard import Guard
@@ -264,7 +265,10 @@ def create_app(
                     if isinstance(e, KbpackError)
                     else KbpackError(f"internal error: {describe(e)}")
                 )
-                print(f"kbpack serve: {request.url.path}: {error}", file=sys.stderr, flush=True)
+                # the log line holds a client's path and a pack's text: escaped, as every
+                # human line kbpack prints (issue 30)
+                line = f"kbpack serve: {request.url.path}: {error}"
+                print(printable(line), file=sys.stderr, flush=True)
                 if request.url.path.startswith("/api/"):
                     return api_error(error)
                 return error_page(error)
