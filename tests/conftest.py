@@ -54,3 +54,22 @@ def default_model(private_model_cache: Path) -> Path:
     except ModelError:
         pytest.skip(f"default model weights not installed ({INSTALL_HINT})")
     return default_model_path()  # a conversion failure here is a real failure, not a skip
+
+
+@pytest.fixture(scope="module")
+def carrying(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    """A pack that embeds its (tiny, real) model: ``build --embed-model``; the hostile model
+    tests craft their packs from it."""
+    from click.testing import CliRunner
+
+    from kbpack.cli.main import cli
+
+    root = tmp_path_factory.mktemp("carrying")
+    src = root / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# Pump\n\nHold the reset button to clear the pump seal alarm.\n")
+    pack = root / "p.kbpack"
+    args = ["build", str(src), "-o", str(pack), "--model", str(tiny_model), "--embed-model"]
+    r = CliRunner().invoke(cli, [*args, "-q"])
+    assert r.exit_code == 0, r.output
+    return pack

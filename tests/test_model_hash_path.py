@@ -19,9 +19,11 @@ import pytest
 from kbpack.pack import format as F
 from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 
+ROOT = Path(__file__).resolve().parent.parent  # this checkout's kbpack, not an installed one
+
 
 def kbpack(*args: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {"KBPACK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    env = {"KBPACK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "kbpack", *args],
         capture_output=True,
@@ -30,22 +32,6 @@ def kbpack(*args: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess[st
         env=env,
         cwd=cwd,
     )
-
-
-@pytest.fixture(scope="module")
-def carrying(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
-    """A pack that embeds its (tiny, real) model: ``build --embed-model``."""
-    root = tmp_path_factory.mktemp("carrying")
-    src = root / "src"
-    src.mkdir()
-    (src / "a.md").write_text("# Pump\n\nHold the reset button to clear the pump seal alarm.\n")
-    pack = root / "p.kbpack"
-    r = kbpack(
-        "build", str(src), "-o", str(pack), "--model", str(tiny_model), "--embed-model", "-q",
-        cache=root / "c0", cwd=root,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    return pack
 
 
 def _stamp(pack: Path, out: Path, sha: str) -> Path:

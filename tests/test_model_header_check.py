@@ -12,13 +12,12 @@ found: the BM25 index is intact and digest-checked, only the model is refused), 
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from test_model_hash_path import kbpack
 from tiny_gguf import rewrite_gguf
 
 from kbpack.errors import ModelError
@@ -26,35 +25,6 @@ from kbpack.model.gguf_header import check_hyperparameters
 from kbpack.pack import format as F
 from kbpack.pack.storage import create_dataset
 from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
-
-ROOT = Path(__file__).resolve().parent.parent  # this checkout's kbpack, not an installed one
-
-
-def kbpack(*args: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {"KBPACK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "kbpack", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=cwd,
-    )
-
-
-@pytest.fixture(scope="module")
-def carrying(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
-    root = tmp_path_factory.mktemp("carrying")
-    src = root / "src"
-    src.mkdir()
-    (src / "a.md").write_text("# Pump\n\nHold the reset button to clear the pump seal alarm.\n")
-    pack = root / "p.kbpack"
-    r = kbpack(
-        "build", str(src), "-o", str(pack), "--model", str(tiny_model), "--embed-model", "-q",
-        cache=root / "c0", cwd=root,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    return pack
 
 
 def embed(pack: Path, gguf: Path, out: Path) -> Path:
