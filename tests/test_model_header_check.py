@@ -105,3 +105,27 @@ def test_a_pack_model_is_first_loaded_in_a_child(
     with h5py.File(carrying, "r") as h:
         sha = str(h[F.MODEL].attrs[F.M_SHA256])
     assert [p.name for p in (cache / "loaded-models").iterdir()] == [sha]
+
+
+def test_a_passed_check_is_remembered_per_file_state(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold query checks its model's header once per file state, not once per process; a
+    file changed in place (size or time) is checked again and refused."""
+    import os
+    import shutil
+
+    from kbpack.model import gguf_header
+
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
+    model = Path(shutil.copy(tiny_model, tmp_path / "m.gguf"))
+    walks: list[Path] = []
+    real = gguf_header.read_gguf_tensors
+    monkeypatch.setattr(gguf_header, "read_gguf_tensors", lambda p: walks.append(p) or real(p))
+    check_hyperparameters(model)
+    check_hyperparameters(model)
+    assert walks == [model]  # the second check is the memo's
+    bad = rewrite_gguf(tiny_model, tmp_path / "bad.gguf", set_uint32={"bert.block_count": 0})
+    os.replace(bad, model)  # another file state at the same path
+    with pytest.raises(ModelError, match="block_count"):
+        check_hyperparameters(model)

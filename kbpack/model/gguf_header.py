@@ -258,11 +258,32 @@ def check_gguf_bytes(head: bytes, where: str) -> None:
     _check(meta, tensors, where)
 
 
+CHECKED_FOLDER = "gguf-checked"  # file states whose hyperparameters passed _check
+
+
 def check_hyperparameters(path: Path) -> None:
     """ModelError (one line) unless the header's hyperparameters are positive, bounded and
     agree with the tensors they describe: llama.cpp asserts on some of these (an abort no
-    Python code can catch) and trusts others to size its buffers."""
+    Python code can catch) and trusts others to size its buffers. A file state (path, size,
+    modification time) that passed is remembered in the user cache as the metadata is: the
+    tensor walk re-reads the whole header (~12 ms for the default model) on every cold query."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
+    real = str(path.resolve())
+    key = [real, st.st_size, st.st_mtime_ns]
+    headers = _memo_file(real)  # the same name, in its own folder beside the metadata's
+    memo = headers.parent.with_name(CHECKED_FOLDER) / headers.name
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(memo.read_text(encoding="utf-8")) == key:
+            return
     _check(read_gguf_metadata(path), read_gguf_tensors(path), path)
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next check
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(key), encoding="utf-8")
+        os.replace(tmp, memo)
 
 
 def _check(meta: dict[str, Any], tensors: dict[str, Any], path: Any) -> None:
