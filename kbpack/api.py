@@ -105,7 +105,7 @@ class Pack:
             self._searcher = Searcher(self.reader, None, notes, loading=loading)
             if self._rerank_arg is not None and loading is not None:
                 # two llama.cpp model loads at once (one per thread) are not safe: the
-                # process ended silently with exit 0 in 3 of 4 runs (tests/test_rerank.py)
+                # process ended silently with exit 0 in 3 of 4 runs (tests/model/test_rerank.py)
                 loading.wait()
             self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
         return self._searcher

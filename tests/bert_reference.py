@@ -5,7 +5,7 @@ It reads the *source* safetensors weights (float32), not the GGUF (float16 matri
 mistake in the converter's tensor mapping shows as a mismatch, not as agreement. Token ids come
 from the model's tokenizer as llama.cpp applies it: this checks the forward pass and the
 pooling, not the tokenizer (the default model's tokenizer is checked against
-sentence-transformers' vectors in tests/test_embed_reference.py).
+sentence-transformers' vectors in tests/model/test_embed_reference.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ error injected at each point, the product code unchanged).
 
 Each phase names the call that does that phase's I/O; :func:`inject` makes that call raise
 ``OSError(err)`` naming the file it was writing, exactly as the OS would. The HDF5 phase runs in
-the writer's forked child, which inherits the injection. Used by tests/test_fault_matrix.py
+the writer's forked child, which inherits the injection. Used by tests/hostile/test_fault_matrix.py
 (a bounded matrix in the suite) and bench/faults.py (the whole matrix, with signals).
 """
 

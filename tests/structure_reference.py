@@ -1,6 +1,6 @@
 """The structure allowlist as it was written before it moved to h5py's low-level API
 (kbpack/pack/structure.py): h5py's high-level objects, one per element. Kept as a reference:
-tests/test_structure_reference.py checks that the low-level walk finds what this one finds."""
+tests/pack/test_structure_reference.py checks that the low-level walk finds what this one finds."""
 
 from __future__ import annotations
 

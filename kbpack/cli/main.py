@@ -26,7 +26,7 @@ from kbpack.runtime import interrupt
 from kbpack.runtime.terminal import printable
 from kbpack.version import __version__
 
-# The exit codes, once. README's table is checked against this (tests/test_cli_contract.py).
+# The exit codes, once. README's table is checked against this (tests/cli/test_cli_contract.py).
 EXIT: dict[Exit, str] = {
     Exit.OK: "success (a query with results, an intact pack, identical packs; also a command "
     "whose stdout is closed early by its reader, as `head` does: nothing is printed)",

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kbpack.model.load import ModelLoad
 
-# ``kbpack query``'s options that take a value, and its flags. tests/test_early_model.py checks
+# ``kbpack query``'s options that take a value, and its flags. tests/model/test_early_model.py checks
 # them against the command's click parameters, so a new option cannot be misread here.
 VALUE_OPTIONS = frozenset(
     {

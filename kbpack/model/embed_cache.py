@@ -38,7 +38,7 @@ _REC = struct.Struct("<32sI")  # key, vectors in the record
 DEFAULT_MAX_BYTES = 2 * 2**30  # ~1.4M vectors of 384 dims
 FSYNC_EVERY_S = 2.0
 # Test-only: "N" or "N:SIGNAME" -- after the N-th stored batch the process signals itself (a
-# kill at a known point of a build, without timing; tests/test_embed_cache.py).
+# kill at a known point of a build, without timing; tests/model/test_embed_cache.py).
 TEST_SIGNAL_ENV = "KBPACK_TEST_SIGNAL_AFTER_BATCHES"
 
 

@@ -48,7 +48,7 @@ FLASH_ATTENTION = True
 # llama.cpp (llama-cpp-python 0.3.36) aborts the process (GGML_ASSERT(ggml_can_mul_mat),
 # SIGABRT) while it loads a context of more than this many tokens that is not a multiple of
 # it: 300, 320, 384, 400 and 640 aborted, 64, 100, 200, 256, 512 and 768 did not (tiny BERT
-# models, tests/test_embed.py). A context larger than the model's positions is harmless:
+# models, tests/model/test_embed.py). A context larger than the model's positions is harmless:
 # positions count per sequence, and no sequence is longer than the window.
 CONTEXT_STEP = 256
 
@@ -468,7 +468,7 @@ def _keep_stdio(llama_cpp: Any) -> None:
     then puts back what it saw at the start. kbpack loads in a worker thread while the main
     thread goes on (kbpack/model/load.py, kbpack/model/early.py): a line the main thread wrote
     in that window went to /dev/null, and a stream it set meanwhile was replaced by a stale
-    one (tests/test_early_model.py found it: a query's JSON lost under click's test runner).
+    one (tests/model/test_early_model.py found it: a query's JSON lost under click's test runner).
     llama.cpp's log already comes to ``_silence``'s callback, so nothing is left to hide."""
     for name in ("llama_cpp.llama", "llama_cpp._internals"):
         module: Any = sys.modules.get(name)

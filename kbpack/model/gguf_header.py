@@ -132,6 +132,11 @@ def _remember(key: tuple[str, int, int], meta: dict[str, Any]) -> None:
 
 
 def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
+    return _header(f, path, size)[0]
+
+
+def _header(f: BinaryIO, path: Any, size: int) -> tuple[dict[str, Any], int, _Reader]:
+    """(metadata, tensor count, a reader positioned at the tensor infos) from ``f``'s start."""
     magic = f.read(4)
     if magic != MAGIC:
         raise ModelError(f"{path}: not a GGUF model file (starts with {magic!r}, not b'GGUF')")
@@ -139,7 +144,7 @@ def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
     version = r.scalar("<I")
     if version not in VERSIONS:
         raise ModelError(f"{path}: GGUF version {version} is not supported (only 2 and 3)")
-    r.scalar("<Q")  # tensor count: llama.cpp checks the tensors themselves
+    n_tensors = r.scalar("<Q")  # bounded by _tensors, the one reader of the tensor infos
     n_kv = r.scalar("<Q")
     if n_kv > MAX_KV:
         raise ModelError(f"{path}: GGUF header claims {n_kv} metadata keys; the file is damaged")
@@ -147,7 +152,7 @@ def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
     for _ in range(n_kv):
         key = r.string(MAX_KEY_BYTES)
         meta[key] = r.value(r.scalar("<I"))
-    return meta
+    return meta, n_tensors, r
 
 
 class _Reader:
@@ -227,16 +232,10 @@ def read_gguf_tensors(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def _tensors(f: BinaryIO, where: Any, size: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(metadata, tensor infos) read from ``f`` at its start."""
-    meta = _read(f, where, size)
-    f.seek(8)
-    r = _Reader(f, where, size)
-    n_tensors, n_kv = r.scalar("<Q"), r.scalar("<Q")
+    """(metadata, tensor infos) read from ``f`` at its start, in one walk of the header."""
+    meta, n_tensors, r = _header(f, where, size)
     if n_tensors > MAX_TENSORS:
         raise ModelError(f"{where}: GGUF header claims {n_tensors} tensors; the file is damaged")
-    for _ in range(n_kv):
-        r.string(MAX_KEY_BYTES)
-        r.value(r.scalar("<I"))
     tensors: dict[str, tuple[int, ...]] = {}
     for _ in range(n_tensors):
         name = r.string(MAX_KEY_BYTES)

@@ -12,7 +12,7 @@ worker starts, so that the worker's time is the part that can overlap. The worke
 the query as soon as the model is ready, if the caller has handed it one (``ahead``).
 
 Results are the same as a load in the calling thread: the same ``Embedder``, the same text,
-the same vector (tests/test_model_load.py).
+the same vector (tests/model/test_model_load.py).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ ALLOWED_FAILURES = 1  # a task may kill one worker and be retried; the second de
 # forever.
 WORKER_CHECK_S = 5.0
 
-# Test hooks (tests/test_cluster.py): a worker processing a document of these names exits at
+# Test hooks (tests/ops/test_cluster.py): a worker processing a document of these names exits at
 # once, as a segfault or the OOM killer would end it. ``..._ONCE`` kills only the first time
 # (a marker file in KBPACK_TEST_KILL_MARKERS remembers), ``..._ALWAYS`` every time.
 _KILL_ONCE = "KBPACK_TEST_KILL_ONCE"

@@ -119,7 +119,7 @@ class CheckedDataset:
         checksum reaches. A writer of packs never skips one, so a set bit is damage: one flipped
         bit there makes HDF5 skip the unshuffle or the inflate (and the Fletcher-32 check with
         it) and return stored bytes as values -- a query's postings slice answered wrong
-        citations silently (found by tests/test_filter_mask.py). Whole reads are checked by
+        citations silently (found by tests/search/test_filter_mask.py). Whole reads are checked by
         the digest instead. A few microseconds per chunk, once per chunk.
 
         The mask comes from ``read_direct_chunk`` (a B-tree lookup: 2.5-5 us wherever the chunk

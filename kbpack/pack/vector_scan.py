@@ -44,7 +44,7 @@ FLOAT16 = np.dtype("<f2")
 BLOCK_BYTES = 4 << 20  # the HDF5 path reads this much per call: big enough to amortise the call,
 #   small enough to stay in cache while it is scanned
 # how far from 1 a stored vector's norm may be: verify's NORM_TOLERANCE (kbpack/verify/digests.py,
-# not imported here: a query does not load verify; tests/test_vector_scan.py checks they agree)
+# not imported here: a query does not load verify; tests/pack/test_vector_scan.py checks they agree)
 NORM_TOLERANCE = 1e-2
 
 
@@ -110,7 +110,7 @@ def simsimd_kernel(q: np.ndarray, *, rounded: bool = False) -> Kernel | None:
     def kernel(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         # not cdist(..., out=out): simsimd 6.5 then returns None without a reference to it,
         # and each call takes one from None's count until the interpreter aborts
-        # ("none_dealloc"); tests/test_vector_scan.py counts None's references around scans
+        # ("none_dealloc"); tests/pack/test_vector_scan.py counts None's references around scans
         out[:] = np.asarray(simsimd.cdist(rows, parts, metric="dot", out_dtype="float32"))
         return out
 

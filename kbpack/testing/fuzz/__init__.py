@@ -3,5 +3,5 @@
 (``doc_mutations`` + ``doc_target``). ``runner`` drives either with a seeded ``random.Random``
 and turns a crash, a hang, an internal error or a silent wrong read into a ``Finding``.
 
-``tests/test_fuzz.py`` runs it briefly on every test run; ``bench/fuzz.py`` runs it long.
+``tests/hostile/test_fuzz.py`` runs it briefly on every test run; ``bench/fuzz.py`` runs it long.
 """
