@@ -56,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Show what a pack holds and how it was made.",
     ),
     "export": (
-        "kbpack.cli.commands.inspect",
+        "kbpack.cli.commands.export",
         "export",
         "Dump chunks, sections or documents as JSON lines.",
     ),
@@ -71,12 +71,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Check a pack's bytes, signature and invariants.",
     ),
     "keygen": (
-        "kbpack.cli.commands.verify",
+        "kbpack.cli.commands.keygen",
         "keygen",
         "Make an Ed25519 key pair for signing packs.",
     ),
     "sign": (
-        "kbpack.cli.commands.verify",
+        "kbpack.cli.commands.sign",
         "sign",
         "Sign a pack's manifest (HDF5 bytes untouched).",
     ),
@@ -87,7 +87,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "diff": ("kbpack.cli.commands.diff", "diff", "Show what changed between two packs."),
     "migrate": (
-        "kbpack.cli.commands.diff",
+        "kbpack.cli.commands.migrate",
         "migrate",
         "Upgrade a pack's format or re-embed it with a new model.",
     ),
@@ -97,7 +97,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Merge several packs into one (no re-embedding).",
     ),
     "split": (
-        "kbpack.cli.commands.merge",
+        "kbpack.cli.commands.split",
         "split",
         "Re-cut a pack or a set into members under a size (no re-embedding).",
     ),
@@ -113,7 +113,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Choose the refusal threshold from data.",
     ),
     "serve": ("kbpack.cli.commands.serve", "serve", "A local search page and JSON API for packs."),
-    "mcp": ("kbpack.cli.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
+    "mcp": ("kbpack.cli.commands.mcp", "mcp", "Serve packs to local agents over MCP (stdio)."),
     "bundle": (
         "kbpack.cli.commands.bundle",
         "bundle",

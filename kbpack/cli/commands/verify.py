@@ -1,4 +1,4 @@
-"""``kbpack verify``, ``kbpack keygen`` and ``kbpack sign``."""
+"""``kbpack verify``: a pack's bytes, signature, structure, digests and invariants."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from kbpack.cli.commands.common import (
     emit_json,
     grid,
     json_option,
-    output_option,
     say,
     table,
 )
@@ -171,90 +170,3 @@ def _verify_many(
     quick_note = " (quick: digests and invariants not checked)" if quick else ""
     say(f"{intact} of {len(results)} packs intact{quick_note}")
     return worst
-
-
-@click.command()
-@output_option("Writes STEM.key (secret, mode 0600) and STEM.pub.", dest="stem", required=True)
-@json_option
-def keygen(stem: Path, as_json: bool) -> int:
-    """Make an Ed25519 key pair for signing packs."""
-    from kbpack.ops.outpath import check_output
-    from kbpack.pack.sign import keygen as make_keys
-
-    for suffix in (".key", ".pub"):  # a key is never replaced: a lost secret key cannot be undone
-        check_output(stem.with_name(stem.name + suffix), pack=False)
-
-    secret, public, kid = make_keys(stem)
-    if as_json:
-        emit_json({"secret_key": str(secret), "public_key": str(public), "key_id": kid})
-        return 0
-    say(
-        table(
-            [("secret key", f"{secret} (keep it private)"), ("public key", public), ("key id", kid)]
-        )
-    )
-    say(f"Give {public.name} to whoever verifies: kbpack verify PACK --key {public.name}")
-    return 0
-
-
-@click.command()
-@click.argument("packs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--key",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Secret key (.key) from kbpack keygen.",
-)
-@json_option
-def sign(packs: tuple[Path, ...], key: Path, as_json: bool) -> int:
-    """Sign each of PACKS' manifests in place; the HDF5 bytes are not touched.
-
-    Every pack is checked to be a file before any is signed. A set's members are signed one by
-    one (kbpack sign docs-*.kbpack); signing only some of them is said.
-    """
-    from kbpack.errors import UsageError
-    from kbpack.pack.manifest import refuse_non_regular
-    from kbpack.pack.set_publish import set_info
-    from kbpack.pack.sign import sign_pack
-
-    for pack in packs:
-        if not pack.exists():
-            raise UsageError(f"{pack}: no such file")
-        refuse_non_regular(pack, pack.stat().st_mode)
-    signed = [{"path": str(pack), "key_id": sign_pack(pack, key)} for pack in packs]
-    notes = _unsigned_members(packs, set_info)
-    if as_json:
-        emit_json(signed[0] if len(packs) == 1 else {"packs": signed, "notes": notes})
-        return 0
-    for s in signed:
-        say(f"{s['path']}: signed by key {s['key_id']}")
-    for note in notes:
-        say(f"note: {note}")
-    return 0
-
-
-def _unsigned_members(packs: tuple[Path, ...], set_info: Any) -> list[str]:
-    """Members of the sets signed here that were not given: a reader requiring signatures
-    would refuse them."""
-    from kbpack.pack.set_publish import member_path
-
-    given = {p.resolve() for p in packs}
-    notes: list[str] = []
-    seen: set[str] = set()
-    for pack in packs:
-        info = set_info(pack)
-        if info is None or info["id"] in seen:
-            continue
-        seen.add(info["id"])
-        stem = pack.with_name(pack.stem.rsplit("-", 1)[0] + pack.suffix)
-        missing = [
-            member_path(stem, i).name
-            for i in range(1, info["count"] + 1)
-            if member_path(stem, i).resolve() not in given
-        ]
-        if missing:
-            notes.append(
-                f"{', '.join(missing)} of the same set not signed: "
-                f"kbpack sign {stem.stem}-*{stem.suffix} --key KEY signs the whole set"
-            )
-    return notes

@@ -36,6 +36,7 @@ from kbpack.testing.fuzz.pack_target import CommandRun, PackCommands, run_all
 PRELOAD = (
     "kbpack.cli.main",
     "kbpack.cli.commands.inspect",
+    "kbpack.cli.commands.export",
     "kbpack.cli.commands.query",
     "kbpack.cli.commands.verify",
     "kbpack.api",
