@@ -46,6 +46,12 @@ def counted(*decls: str, default: int, help: str, low: int = 1, high: int | None
     return click.option(*decls, type=rng, default=default, show_default=True, help=help)
 
 
+def at_least(name: str, default: float, low: float, help: str) -> Any:
+    """A number from ``low`` up, its default shown in --help."""
+    kind = click.FloatRange(min=low)
+    return click.option(name, type=kind, default=default, show_default=True, help=help)
+
+
 def chosen(*decls: str, choices: Sequence[str], default: str, help: str) -> Any:
     """One of ``choices`` (a typo gets "did you mean"), its default shown in --help."""
     return click.option(*decls, type=Choice(choices), default=default, show_default=True, help=help)
@@ -188,6 +194,7 @@ def llm_options(
 
 
 __all__ = [
+    "at_least",
     "chosen",
     "counted",
     "dry_run_option",

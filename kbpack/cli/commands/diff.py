@@ -7,13 +7,9 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
-    human_size,
-    json_option,
-    say,
-    table,
-)
+from kbpack.cli.commands.common import emit_json, human_size, say, table
+from kbpack.cli.options import file_path, json_option
+from kbpack.errors import Exit
 from kbpack.runtime.terminal import printable
 
 PREVIEW = 72  # characters of a chunk shown per line
@@ -34,8 +30,8 @@ SHOWN_COUNTS = (  # "documents" is the line above them
 
 
 @click.command()
-@click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("new", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("old", type=file_path())
+@click.argument("new", type=file_path())
 @click.option(
     "--chunks/--no-chunks",
     default=True,
@@ -43,7 +39,7 @@ SHOWN_COUNTS = (  # "documents" is the line above them
     "([-old-]{+new+}, with context), or the chunks added and removed when only the chunking "
     "changed.",
 )
-@json_option
+@json_option()
 def diff(old: Path, new: Path, chunks: bool, as_json: bool) -> int:
     """Show what changed from OLD to NEW: documents, chunks, model, pipeline, format, sizes.
 
@@ -58,7 +54,7 @@ def diff(old: Path, new: Path, chunks: bool, as_json: bool) -> int:
         emit_json(d.as_dict())
     else:
         say(render_diff(d.as_dict(), chunks, d.passages))
-    return 0 if d.same_content else 1
+    return Exit.OK if d.same_content else Exit.FAILURE
 
 
 def _pack_line(info: dict[str, Any]) -> str:

@@ -9,15 +9,17 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    Choice,
-    emit_json,
-    grid,
+from kbpack.cli.commands.common import Choice, emit_json, grid, say
+from kbpack.cli.options import (
+    file_path,
+    flag,
     json_option,
-    query_model_option,
-    say,
+    model_option,
+    pack_argument,
+    rerank_options,
     threads_option,
 )
+from kbpack.errors import Exit
 from kbpack.ops import evaluate as E
 from kbpack.ops.evaluate_pack import MODES, evaluate_pack
 
@@ -36,23 +38,9 @@ def _parse_ks(value: str) -> list[int]:
     return ks
 
 
-rerank_option = click.option(
-    "--rerank",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Cross-encoder GGUF: also measure each mode reranked, paired with it unreranked.",
-)
-rerank_top_option = click.option(
-    "--rerank-top",
-    type=click.IntRange(min=1),
-    default=25,
-    show_default=True,
-    help="How many results the reranker scores per question.",
-)
-
-
 @click.command("eval")
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("questions", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pack_argument()
+@click.argument("questions", type=file_path(exists=True))
 @click.option(
     "--mode",
     "modes",
@@ -63,15 +51,17 @@ rerank_top_option = click.option(
 @click.option("-k", "ks", default="1,4,8,20", show_default=True, help="Cut-offs for recall@k.")
 @click.option(
     "--against",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=file_path(exists=True),
     help="Compare with another pack on the same questions (paired sign test).",
 )
-@click.option("--ranks", "show_ranks", is_flag=True, help="Also show each question's rank.")
-@rerank_option
-@rerank_top_option
-@query_model_option
-@threads_option
-@json_option
+@flag("--ranks", "show_ranks", help="Also show each question's rank.")
+@rerank_options(
+    "Cross-encoder GGUF: also measure each mode reranked, paired with it unreranked.",
+    "How many results the reranker scores per question.",
+)
+@model_option()
+@threads_option()
+@json_option()
 def eval_cmd(
     pack: Path,
     questions: Path,
@@ -112,7 +102,7 @@ def eval_cmd(
         emit_json(report)
     else:
         say(render_eval(report, qs))
-    return 0
+    return Exit.OK
 
 
 def _fmt_p(p: float) -> str:

@@ -8,24 +8,19 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    Choice,
-    emit_json,
-    force_option,
-    json_option,
-    output_option,
-)
+from kbpack.cli.commands.common import emit_json
+from kbpack.cli.options import chosen, force_option, json_option, output_option, pack_argument
+from kbpack.errors import Exit
 from kbpack.pack import format as F
 from kbpack.runtime.terminal import json_printable
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
+@pack_argument()
+@chosen(
     "--what",
-    type=Choice(["chunks", "sections", "documents"]),
+    choices=["chunks", "sections", "documents"],
     default="chunks",
-    show_default=True,
     help="What to dump, one JSON object per line.",
 )
 @output_option(
@@ -35,8 +30,8 @@ from kbpack.runtime.terminal import json_printable
     allow_dash=True,
     default="-",
 )
-@force_option
-@json_option
+@force_option()
+@json_option()
 def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> int:
     """Dump chunks, sections or documents of PACK as JSON lines.
 
@@ -50,11 +45,11 @@ def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> i
     with PackReader(pack) as r:
         if as_json:
             emit_json({"pack": str(pack), "what": what, "records": list(iter_records(r, what))})
-            return 0
+            return Exit.OK
         with write_atomically(output) as f:
             for rec in iter_records(r, what):
                 f.write(json_printable(json.dumps(rec, ensure_ascii=False)) + "\n")
-    return 0
+    return Exit.OK
 
 
 def iter_records(r: Any, what: str) -> Any:

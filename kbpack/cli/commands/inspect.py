@@ -7,24 +7,17 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
-    grid,
-    human_size,
-    json_option,
-    say,
-    table,
-)
+from kbpack.cli.commands.common import emit_json, grid, human_size, say, table
+from kbpack.cli.options import flag, json_option, packs_argument
+from kbpack.errors import Exit, KbpackError
 from kbpack.ops.inspect import describe
 from kbpack.runtime.terminal import printable
 
 
 @click.command()
-@click.argument(
-    "packs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-@click.option("--sizes", is_flag=True, help="Bytes per element.")
-@json_option
+@packs_argument()
+@flag("--sizes", help="Bytes per element.")
+@json_option()
 def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
     """Show what PACKS hold: format, counts, model stamp, sizes, failed documents.
 
@@ -36,7 +29,7 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
     info = describe(pack)
     if as_json:
         emit_json(info)
-        return 0
+        return Exit.OK
     c = info["counts"]
     m = info["model"]
     rows = [
@@ -107,14 +100,12 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
         say(
             f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
         )
-    return 0
+    return Exit.OK
 
 
 def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
     """One row per pack and the total; a pack that cannot be read is a row of its own (its
     one-line error) and the exit status is the worst of them."""
-    from kbpack.errors import Exit, KbpackError
-
     infos: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     worst = int(Exit.OK)

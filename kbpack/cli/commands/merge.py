@@ -6,23 +6,19 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
+from kbpack.cli.commands.common import emit_json, human_size, say, show_progress, table
+from kbpack.cli.options import (
     force_option,
-    human_size,
     json_option,
     output_option,
+    packs_argument,
     quiet_option,
-    say,
-    show_progress,
-    table,
 )
+from kbpack.errors import Exit
 
 
 @click.command()
-@click.argument(
-    "packs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@packs_argument()
 @output_option("The pack to write.", required=True)
 @click.option(
     "--prefer",
@@ -30,9 +26,9 @@ from kbpack.cli.commands.common import (
     help="A document name in two packs: keep the copy of the first or the last pack "
     "(default: an error).",
 )
-@force_option
-@json_option
-@quiet_option
+@force_option()
+@json_option()
+@quiet_option()
 def merge(
     packs: tuple[Path, ...], out: Path, prefer: str | None, force: bool, as_json: bool, quiet: bool
 ) -> int:
@@ -59,9 +55,9 @@ def merge(
     )
     if as_json:
         emit_json(report.as_dict())
-        return 0
+        return Exit.OK
     if quiet:
-        return 0
+        return Exit.OK
     c = report.counts
     rows = [
         ("pack", f"{report.path} ({human_size(report.size)})"),
@@ -82,4 +78,4 @@ def merge(
     )
     lines.extend(f"  note     {n}" for n in report.notes)
     say("\n".join(lines))
-    return 0
+    return Exit.OK

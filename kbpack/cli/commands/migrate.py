@@ -7,45 +7,38 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
+from kbpack.cli.commands.common import emit_json, human_size, say, show_progress, table
+from kbpack.cli.options import (
+    dry_run_option,
     force_option,
-    human_size,
     json_option,
+    model_option,
     output_option,
+    pack_argument,
+    prefix_options,
     quiet_option,
-    say,
-    show_progress,
-    table,
     threads_option,
 )
+from kbpack.errors import Exit
 
 
 @click.command()
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
+@pack_argument(exists=False)
 @output_option(
     "The new pack to write (never PACK itself). Required unless --dry-run.", dir_okay=False
 )
-@click.option(
-    "--model",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Re-embed with this GGUF model (from the stored text; no sources needed).",
+@model_option(
+    "Re-embed with this GGUF model (from the stored text; no sources needed).", exists=False
 )
-@click.option(
-    "--query-prefix",
-    metavar="TEXT",
-    help="New query prefix (default: the pack's; another --model: its family's). Re-embeds.",
+@prefix_options(
+    "New query prefix (default: the pack's; another --model: its family's). Re-embeds.",
+    "New document prefix ('' for none). A change re-embeds every chunk.",
 )
-@click.option(
-    "--doc-prefix",
-    metavar="TEXT",
-    help="New document prefix ('' for none). A change re-embeds every chunk.",
-)
-@click.option("--dry-run", is_flag=True, help="Say what would change and how much work it is.")
-@force_option
-@threads_option
-@json_option
-@quiet_option
+@dry_run_option("Say what would change and how much work it is.")
+@force_option()
+@threads_option()
+@json_option()
+@quiet_option()
 def migrate(
     pack: Path,
     out: Path | None,
@@ -86,7 +79,7 @@ def migrate(
         emit_json(report.as_dict())
     elif not quiet:
         say(render_migration(report.as_dict()))
-    return 0
+    return Exit.OK
 
 
 def render_migration(r: dict[str, Any]) -> str:

@@ -7,22 +7,15 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
-    json_option,
-    say,
-)
+from kbpack.cli.commands.common import emit_json, say
+from kbpack.cli.options import json_option, key_option, packs_argument
+from kbpack.errors import Exit
 
 
 @click.command()
-@click.argument("packs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--key",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Secret key (.key) from kbpack keygen.",
-)
-@json_option
+@packs_argument(exists=False)
+@key_option("Secret key (.key) from kbpack keygen.", required=True)
+@json_option()
 def sign(packs: tuple[Path, ...], key: Path, as_json: bool) -> int:
     """Sign each of PACKS' manifests in place; the HDF5 bytes are not touched.
 
@@ -42,12 +35,12 @@ def sign(packs: tuple[Path, ...], key: Path, as_json: bool) -> int:
     notes = _unsigned_members(packs, set_info)
     if as_json:
         emit_json(signed[0] if len(packs) == 1 else {"packs": signed, "notes": notes})
-        return 0
+        return Exit.OK
     for s in signed:
         say(f"{s['path']}: signed by key {s['key_id']}")
     for note in notes:
         say(f"note: {note}")
-    return 0
+    return Exit.OK
 
 
 def _unsigned_members(packs: tuple[Path, ...], set_info: Any) -> list[str]:

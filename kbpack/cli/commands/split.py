@@ -6,23 +6,20 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
+from kbpack.cli.commands.common import emit_json, human_size, say, show_progress, table
+from kbpack.cli.options import (
     force_option,
-    human_size,
     json_option,
+    key_option,
     output_option,
+    packs_argument,
     quiet_option,
-    say,
-    show_progress,
-    table,
 )
+from kbpack.errors import Exit
 
 
 @click.command()
-@click.argument(
-    "packs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@packs_argument()
 @output_option(
     "A folder for the members (they keep the pack's or set's name), or NAME.kbpack "
     "(members NAME-001.kbpack, ...).",
@@ -36,14 +33,10 @@ from kbpack.cli.commands.common import (
     metavar="SIZE",
     help="The largest member, as build --split-size takes it: 3.9G (FAT32), 700M, 4000000000.",
 )
-@click.option(
-    "--key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Sign every new member with this secret key (.key); without it they are unsigned.",
-)
-@force_option
-@json_option
-@quiet_option
+@key_option("Sign every new member with this secret key (.key); without it they are unsigned.")
+@force_option()
+@json_option()
+@quiet_option()
 def split(
     packs: tuple[Path, ...],
     out: Path,
@@ -69,9 +62,9 @@ def split(
     )
     if as_json:
         emit_json(report.as_dict())
-        return 0
+        return Exit.OK
     if quiet:
-        return 0
+        return Exit.OK
     s = report.split
     docs = sum(m["documents"] for m in s.members)
     rows = [
@@ -94,4 +87,4 @@ def split(
         say(f"  member   {m['path']} ({human_size(m['bytes'])}, {m['documents']} documents)")
     for note in report.as_dict()["notes"]:
         say(f"note: {note}")
-    return 0
+    return Exit.OK

@@ -7,47 +7,30 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
-    grid,
-    json_option,
-    say,
-    table,
-)
+from kbpack.cli.commands.common import emit_json, grid, say, table
+from kbpack.cli.options import flag, json_option, packs_argument, signature_options
+from kbpack.errors import Exit
 
 _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 
 
 @click.command()
-@click.argument("packs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trust only this public key (.pub) and require a signature by it.",
-)
-@click.option(
-    "--require-signature",
-    is_flag=True,
-    help="Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
+@packs_argument(exists=False, dir_okay=True)
+@signature_options(
+    "Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
     "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys.",
+    "Pass an unsigned pack (or one signed by an unknown key) though trusted keys are configured.",
 )
-@click.option(
-    "--allow-unsigned",
-    is_flag=True,
-    help="Pass an unsigned pack (or one signed by an unknown key) though trusted keys are "
-    "configured.",
-)
-@click.option("--quick", is_flag=True, help="Stop after bytes, signature and structure.")
-@click.option(
+@flag("--quick", help="Stop after bytes, signature and structure.")
+@flag(
     "--deep",
-    is_flag=True,
     help="Re-tokenise every chunk for the BM25 check (default: a random sample of 1,000).",
 )
-@json_option
+@json_option()
 def verify(
     packs: tuple[Path, ...],
-    key: Path | None,
     require_signature: bool,
+    signature_key: Path | None,
     allow_unsigned: bool,
     quick: bool,
     deep: bool,
@@ -61,7 +44,7 @@ def verify(
     Exit 0 when every pack is intact, 1 with findings, 2 on a usage error (the worst of the
     packs).
     """
-    policy = (key, require_signature, allow_unsigned)
+    policy = (signature_key, require_signature, allow_unsigned)
     if len(packs) == 1:
         return _verify_one(packs[0], policy, quick, deep, as_json)
     return _verify_many(packs, policy, quick, deep, as_json)
@@ -102,7 +85,7 @@ def _verify_one(
     report = _check(pack, policy, quick, deep, ())
     if as_json:
         emit_json(report.as_dict())
-        return 0 if report.intact else 1
+        return Exit.OK if report.intact else Exit.FAILURE
     rows = []
     for step in STEPS:
         status = report.status.get(step, "skipped")
@@ -114,11 +97,11 @@ def _verify_one(
     findings = report.findings
     if not findings:
         say("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
-        return 0
+        return Exit.OK
     say(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
     for f in findings:
         say(f"  {f}")
-    return 1
+    return Exit.FAILURE
 
 
 def _verify_many(
@@ -130,7 +113,7 @@ def _verify_many(
 ) -> int:
     """Every pack in turn (each set member's siblings given here are verified in full once, not
     also hashed as siblings); one row each, then the findings; exit status the worst."""
-    from kbpack.errors import Exit, UsageError
+    from kbpack.errors import UsageError
 
     results: list[dict[str, Any]] = []
     worst = int(Exit.OK)
