@@ -45,86 +45,39 @@ EXIT: dict[Exit, str] = {
     "writing PATH; the new file is complete`)",
 }
 
-# name -> (module, attribute, one-line help), in the order a user meets them (--help lists them
-# so). The help is here so --help imports nothing.
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "build": ("kbpack.cli.commands.build", "build", "Build a pack from folders and files."),
-    "query": ("kbpack.cli.commands.query", "query", "Search a pack; answers carry citations."),
-    "inspect": (
-        "kbpack.cli.commands.inspect",
-        "inspect",
-        "Show what a pack holds and how it was made.",
-    ),
-    "export": (
-        "kbpack.cli.commands.export",
-        "export",
-        "Dump chunks, sections or documents as JSON lines.",
-    ),
-    "ask": (
-        "kbpack.cli.commands.ask",
-        "ask",
-        "Answer from a local chat model; every sentence checked against its citation.",
-    ),
-    "verify": (
-        "kbpack.cli.commands.verify",
-        "verify",
-        "Check a pack's bytes, signature and invariants.",
-    ),
-    "keygen": (
-        "kbpack.cli.commands.keygen",
-        "keygen",
-        "Make an Ed25519 key pair for signing packs.",
-    ),
-    "sign": (
-        "kbpack.cli.commands.sign",
-        "sign",
-        "Sign a pack's manifest (HDF5 bytes untouched).",
-    ),
-    "update": (
-        "kbpack.cli.commands.update",
-        "update",
-        "Rebuild a pack, reusing unchanged documents.",
-    ),
-    "diff": ("kbpack.cli.commands.diff", "diff", "Show what changed between two packs."),
-    "migrate": (
-        "kbpack.cli.commands.migrate",
-        "migrate",
-        "Upgrade a pack's format or re-embed it with a new model.",
-    ),
-    "merge": (
-        "kbpack.cli.commands.merge",
-        "merge",
-        "Merge several packs into one (no re-embedding).",
-    ),
-    "split": (
-        "kbpack.cli.commands.split",
-        "split",
-        "Re-cut a pack or a set into members under a size (no re-embedding).",
-    ),
-    "model": ("kbpack.cli.commands.model", "model", "Embedding model: info, import, embed."),
-    "eval": (
-        "kbpack.cli.commands.evaluate",
-        "eval_cmd",
-        "Measure retrieval: recall@k, MRR, destroyed answers.",
-    ),
-    "calibrate": (
-        "kbpack.cli.commands.calibrate",
-        "calibrate",
-        "Choose the refusal threshold from data.",
-    ),
-    "serve": ("kbpack.cli.commands.serve", "serve", "A local search page and JSON API for packs."),
-    "mcp": ("kbpack.cli.commands.mcp", "mcp", "Serve packs to local agents over MCP (stdio)."),
-    "bundle": (
-        "kbpack.cli.commands.bundle",
-        "bundle",
-        "Wheels, model and install script for a machine with no network.",
-    ),
-    "completion": (
-        "kbpack.cli.commands.completion",
-        "completion",
-        "Print the shell completion script (bash, zsh, fish).",
-    ),
+# name -> the one-line help, in the order a user meets them (--help lists them so). The help is
+# here so that --help imports nothing. A command is the function of its name in the module of
+# its name, kbpack/cli/commands/NAME.py, but for the ones in _MODULES.
+COMMANDS: dict[str, str] = {
+    "build": "Build a pack from folders and files.",
+    "query": "Search a pack; answers carry citations.",
+    "inspect": "Show what a pack holds and how it was made.",
+    "export": "Dump chunks, sections or documents as JSON lines.",
+    "ask": "Answer from a local chat model; every sentence checked against its citation.",
+    "verify": "Check a pack's bytes, signature and invariants.",
+    "keygen": "Make an Ed25519 key pair for signing packs.",
+    "sign": "Sign a pack's manifest (HDF5 bytes untouched).",
+    "update": "Rebuild a pack, reusing unchanged documents.",
+    "diff": "Show what changed between two packs.",
+    "migrate": "Upgrade a pack's format or re-embed it with a new model.",
+    "merge": "Merge several packs into one (no re-embedding).",
+    "split": "Re-cut a pack or a set into members under a size (no re-embedding).",
+    "model": "Embedding model: info, import, embed.",
+    "eval": "Measure retrieval: recall@k, MRR, destroyed answers.",
+    "calibrate": "Choose the refusal threshold from data.",
+    "serve": "A local search page and JSON API for packs.",
+    "mcp": "Serve packs to local agents over MCP (stdio).",
+    "bundle": "Wheels, model and install script for a machine with no network.",
+    "completion": "Print the shell completion script (bash, zsh, fish).",
 }
+# name -> (module, function) where they are not the name (``eval`` is a Python builtin)
+_MODULES: dict[str, tuple[str, str]] = {"eval": ("evaluate", "eval_cmd")}
+
+
+def _where(name: str) -> tuple[str, str]:
+    """The module and the function of the command ``name``."""
+    module, function = _MODULES.get(name, (name, name))
+    return f"kbpack.cli.commands.{module}", function
 
 
 class LazyGroup(click.Group):
@@ -134,8 +87,8 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS or not _available(cmd_name):
             return None
-        module, attr, _ = COMMANDS[cmd_name]
-        command: click.Command = getattr(importlib.import_module(module), attr)
+        module, function = _where(cmd_name)
+        command: click.Command = getattr(importlib.import_module(module), function)
         return command
 
     def resolve_command(
@@ -178,7 +131,7 @@ class LazyGroup(click.Group):
         return code
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        rows = [(name, COMMANDS[name]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -273,46 +226,42 @@ def interrupted_line() -> str:
     return f"kbpack: interrupted after writing {what}; the new file is complete"
 
 
-# errno -> (what happened, the fix, exit code). Path problems are usage errors (the user can fix
-# the command line); a full disk or an I/O error is a failure of the run.
-_OS_FIXES: dict[int, tuple[str, str, Exit]] = {
-    errno.ENOENT: ("no such file or folder", "check the path", Exit.USAGE),
-    errno.ENOTDIR: ("a part of the path is a file, not a folder", "fix the path", Exit.USAGE),
-    errno.EISDIR: ("is a folder", "give a file", Exit.USAGE),
-    errno.EACCES: (
-        "permission denied",
-        "choose a path you may use, or fix its permissions",
-        Exit.USAGE,
-    ),
-    errno.EPERM: ("operation not permitted", "choose a path you may use", Exit.USAGE),
-    errno.EROFS: ("read-only file system", "write to a folder on a writable disk", Exit.USAGE),
-    errno.ENAMETOOLONG: ("file name too long", "choose a shorter name", Exit.USAGE),
-    errno.ENOSPC: (
-        "no space left on the device",
-        "free space or write to another disk",
-        Exit.FAILURE,
-    ),
-    errno.EDQUOT: ("disk quota exceeded", "free space or write to another disk", Exit.FAILURE),
+# errno -> (what happened, the fix). A path problem is a usage error (the user can fix the
+# command line); a full disk or an I/O error is a failure of the run.
+_PATH_FAULTS: dict[int, tuple[str, str]] = {
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "fix the path"),
+    errno.EISDIR: ("is a folder", "give a file"),
+    errno.EACCES: ("permission denied", "choose a path you may use, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a path you may use"),
+    errno.EROFS: ("read-only file system", "write to a folder on a writable disk"),
+    errno.ENAMETOOLONG: ("file name too long", "choose a shorter name"),
+}
+_RUN_FAULTS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on the device", "free space or write to another disk"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or write to another disk"),
     errno.EFBIG: (
         "file too large for this file system",
         "write to another file system (FAT32 stops at 4 GiB)",
-        Exit.FAILURE,
     ),
-    errno.EIO: ("input/output error", "check the disk (dmesg), then run again", Exit.FAILURE),
+    errno.EIO: ("input/output error", "check the disk (dmesg), then run again"),
 }
 
 
 def os_error_line(e: OSError) -> tuple[str, int]:
     """One line naming the file, what the OS said and the fix; and the exit code."""
     where = e.filename if e.filename is not None else "kbpack"
-    what, fix, code = _OS_FIXES.get(
-        e.errno or 0, (e.strerror or str(e), "check the path and the disk", Exit.FAILURE)
-    )
+    err = e.errno or 0
+    if err in _PATH_FAULTS:
+        (what, fix), code = _PATH_FAULTS[err], Exit.USAGE
+    else:
+        unknown = (e.strerror or str(e), "check the path and the disk")
+        (what, fix), code = _RUN_FAULTS.get(err, unknown), Exit.FAILURE
     return f"{where}: {what}; {fix}", code
 
 
 def _available(name: str) -> bool:
-    return importlib.util.find_spec(COMMANDS[name][0]) is not None
+    return importlib.util.find_spec(_where(name)[0]) is not None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

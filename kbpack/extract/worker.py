@@ -27,7 +27,7 @@ from kbpack.errors import KbpackError
 from kbpack.extract.common import blank_document, failed, file_identity
 from kbpack.extract.discover import Candidate
 from kbpack.extract.limits import Limits
-from kbpack.runtime.child import Interpreter, how_it_ended
+from kbpack.runtime.child import Interpreter, how_it_ended, jobs
 from kbpack.text.document import Document
 
 _START_TIMEOUT_S = 120.0  # importing pypdfium2 and python-docx in a fresh interpreter
@@ -60,14 +60,7 @@ def serve(conn: Connection, memory_limit: str) -> None:
     from kbpack.extract.file import extract_file
 
     conn.send("ready")
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        path, name, limits = job
+    for path, name, limits in jobs(conn):
         conn.send(extract_file(path, name, limits))
 
 

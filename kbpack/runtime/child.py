@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -209,6 +209,19 @@ class Interpreter:
         self.kill()
 
 
+def jobs(conn: Connection) -> Iterator[Any]:
+    """In an :class:`Interpreter`'s target: the messages the parent sends, until it sends None
+    (:meth:`Interpreter.stop`) or goes away."""
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        yield job
+
+
 def run_target(argv: list[str]) -> None:
     """In an :class:`Interpreter`: ``argv`` = [target, connection fd, args...]."""
     module, _, function = argv[0].partition(":")
@@ -221,6 +234,7 @@ __all__ = [
     "Reply",
     "die_with_parent",
     "how_it_ended",
+    "jobs",
     "run_target",
     "signal_name",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from kbpack.answer.generate import DEFAULT_CONTEXT
-from kbpack.cli.commands.common import emit_json, say
+from kbpack.cli.commands.common import emit_json, pick, say
 from kbpack.cli.commands.query import QueryCommand
 from kbpack.cli.options import (
     at_least,
@@ -103,18 +103,8 @@ def _ask(p: Any, question: str, llm: Path | None, kw: dict[str, Any]) -> int:
         sys.stderr.flush()
 
     try:
-        a = ask(
-            p,
-            question,
-            llm,
-            k=kw["k"],
-            max_tokens=kw["max_tokens"],
-            temperature=kw["temperature"],
-            threads=kw["threads"],
-            context=kw["context"],
-            show_passages=kw["show_passages"],
-            on_token=on_token if streaming else None,
-        )
+        asked = pick(kw, "k", "max_tokens", "temperature", "threads", "context", "show_passages")
+        a = ask(p, question, llm, **asked, on_token=on_token if streaming else None)
     finally:
         if started:
             say("", err=True)  # end the draft's line, also when Ctrl-C cut it

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import emit_json, human_size, say, table
+from kbpack.cli.commands.common import emit_json, human_size, say, summary_wanted, table
 from kbpack.cli.options import flag, json_option, quiet_option
 from kbpack.errors import Exit
 
@@ -87,10 +87,7 @@ def bundle(
         llm=llm,
         say=progress,
     )
-    if as_json:
-        emit_json(report.as_dict())
-        return Exit.OK
-    if quiet:
+    if not summary_wanted(report.as_dict(), as_json, quiet):
         return Exit.OK
     t = report.target
     rows = [

@@ -70,15 +70,10 @@ def calibrate(
     pack: Path,
     questions: Path,
     ood: Path,
-    mode: str,
-    k: int,
-    max_false_refusal: float,
-    write: bool,
     output: Path | None,
     force: bool,
-    model: Path | None,
-    threads: int | None,
     as_json: bool,
+    **how: Any,
 ) -> int:
     """Sweep the refusal threshold (cosine distance) on PACK and recommend one.
 
@@ -90,22 +85,12 @@ def calibrate(
     bootstrap interval, and, when looser than the default 0.675, the bluffs it adds. --write
     stores it with its provenance; query then uses it by default.
     """
-    if output is not None and not write:
+    if output is not None and not how["write"]:
         raise click.UsageError("--output only makes sense with --write")
     if output is not None:
         output = check_output(output, inputs=[pack, questions, ood], force=force)
-    report, rows, best = calibrate_pack(
-        pack,
-        questions,
-        ood,
-        mode=mode,
-        k=k,
-        max_false_refusal=max_false_refusal,
-        write=write,
-        output=output,
-        model=model,
-        threads=threads,
-    )
+    # the options are calibrate_pack's arguments, by name: mode, k, max_false_refusal, write...
+    report, rows, best = calibrate_pack(pack, questions, ood, output=output, **how)
     if as_json:
         emit_json(report)
     else:

@@ -59,6 +59,20 @@ def emit_json_line(obj: Mapping[str, Any]) -> None:
     click.echo(json_printable(json.dumps(envelope(obj), ensure_ascii=False, default=str)))
 
 
+def pick(options: Mapping[str, Any], *names: str, **renamed: str) -> dict[str, Any]:
+    """The keyword arguments of a library call, taken from a command's options: ``names`` as
+    they are spelt there, ``renamed`` as argument="option"."""
+    return {**{n: options[n] for n in names}, **{a: options[o] for a, o in renamed.items()}}
+
+
+def summary_wanted(document: Mapping[str, Any], as_json: bool, quiet: bool) -> bool:
+    """Print ``document`` as the command's JSON (--json); whether a human summary is still
+    wanted (neither --json nor --quiet)."""
+    if as_json:
+        emit_json(document)
+    return not (as_json or quiet)
+
+
 def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:
     """Lines of a table with a header row, each column as wide as its widest cell."""
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]

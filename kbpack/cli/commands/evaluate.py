@@ -62,19 +62,7 @@ def _parse_ks(value: str) -> list[int]:
 @model_option()
 @threads_option()
 @json_option()
-def eval_cmd(
-    pack: Path,
-    questions: Path,
-    modes: tuple[str, ...],
-    ks: str,
-    against: Path | None,
-    show_ranks: bool,
-    rerank: Path | None,
-    rerank_top: int,
-    model: Path | None,
-    threads: int | None,
-    as_json: bool,
-) -> int:
+def eval_cmd(pack: Path, questions: Path, ks: str, as_json: bool, **how: Any) -> int:
     """Measure retrieval on PACK with QUESTIONS (JSON lines: query, needle, optional id, phrasing).
 
     A question is found at rank r when the r-th result's content holds the whole needle (after
@@ -82,22 +70,12 @@ def eval_cmd(
     answers (needles no chunk holds whole), and paired sign tests: first mode vs each other
     mode, or PACK vs --against for each mode, or each mode vs itself reranked (--rerank).
     """
-    if rerank is not None and against is not None:
+    if how["rerank"] is not None and how["against"] is not None:
         raise click.UsageError(
             "--rerank pairs each mode with itself reranked, --against pairs two packs: give one"
         )
-    report, qs = evaluate_pack(
-        pack,
-        questions,
-        modes=modes,
-        ks=_parse_ks(ks),
-        against=against,
-        show_ranks=show_ranks,
-        rerank=rerank,
-        rerank_top=rerank_top,
-        model=model,
-        threads=threads,
-    )
+    # the options are evaluate_pack's arguments, by name: modes, against, show_ranks, rerank...
+    report, qs = evaluate_pack(pack, questions, ks=_parse_ks(ks), **how)
     if as_json:
         emit_json(report)
     else:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import emit_json, human_size, say, show_progress, table
+from kbpack.cli.commands.common import human_size, say, show_progress, summary_wanted, table
 from kbpack.cli.options import (
     force_option,
     json_option,
@@ -53,10 +53,7 @@ def merge(
         prefer=prefer,  # type: ignore[arg-type]
         progress=Progress(show_progress(quiet, as_json)),
     )
-    if as_json:
-        emit_json(report.as_dict())
-        return Exit.OK
-    if quiet:
+    if not summary_wanted(report.as_dict(), as_json, quiet):
         return Exit.OK
     c = report.counts
     rows = [

@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from kbpack.choices import KIND_BY_SUFFIX, MODES
-from kbpack.cli.commands.common import Choice, emit_json, emit_json_line, say
+from kbpack.cli.commands.common import Choice, emit_json, emit_json_line, pick, say
 from kbpack.cli.options import (
     chosen,
     counted,
@@ -211,17 +211,8 @@ def _label(p: Any) -> str:
 
 
 def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
-    return p.search(
-        q,
-        k=kw["k"],
-        mode=kw["mode"],
-        max_distance=kw["max_distance"],
-        doc=kw["doc_glob"],
-        kind=kw["kind"],
-        section=kw["section"],
-        context=kw["context"],
-        rerank_top=kw["rerank_top"],
-    )
+    how = pick(kw, "k", "mode", "max_distance", "kind", "section", "context", "rerank_top")
+    return p.search(q, **how, doc=kw["doc_glob"])
 
 
 def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import emit_json, human_size, say, show_progress, table
+from kbpack.cli.commands.common import human_size, say, show_progress, summary_wanted, table
 from kbpack.cli.options import (
     force_option,
     json_option,
@@ -60,10 +60,7 @@ def split(
     report = recut(
         list(packs), out, parse_size(size, "--size"), key, Progress(show_progress(quiet, as_json))
     )
-    if as_json:
-        emit_json(report.as_dict())
-        return Exit.OK
-    if quiet:
+    if not summary_wanted(report.as_dict(), as_json, quiet):
         return Exit.OK
     s = report.split
     docs = sum(m["documents"] for m in s.members)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json, grid, say, table
+from kbpack.cli.commands.common import emit_json, grid, pick, say, table
 from kbpack.cli.options import flag, json_option, packs_argument, signature_options
 from kbpack.errors import Exit
 
@@ -27,15 +27,7 @@ _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
     help="Re-tokenise every chunk for the BM25 check (default: a random sample of 1,000).",
 )
 @json_option()
-def verify(
-    packs: tuple[Path, ...],
-    require_signature: bool,
-    signature_key: Path | None,
-    allow_unsigned: bool,
-    quick: bool,
-    deep: bool,
-    as_json: bool,
-) -> int:
+def verify(packs: tuple[Path, ...], as_json: bool, **how: Any) -> int:
     """Check PACKS before trusting them: bytes, signature, structure, digests, invariants.
 
     Several packs, or a whole set (kbpack verify docs-*.kbpack), give one summary table. A set
@@ -44,45 +36,28 @@ def verify(
     Exit 0 when every pack is intact, 1 with findings, 2 on a usage error (the worst of the
     packs).
     """
-    policy = (signature_key, require_signature, allow_unsigned)
     if len(packs) == 1:
-        return _verify_one(packs[0], policy, quick, deep, as_json)
-    return _verify_many(packs, policy, quick, deep, as_json)
+        return _verify_one(packs[0], how, as_json)
+    return _verify_many(packs, how, as_json)
 
 
-def _check(
-    pack: Path,
-    policy: tuple[Path | None, bool, bool],
-    quick: bool,
-    deep: bool,
-    apart: tuple[Path, ...],
-) -> Any:
-    """verify_pack under the signature policy (key, require a signature, allow unsigned)."""
+def _check(pack: Path, how: dict[str, Any], apart: tuple[Path, ...]) -> Any:
+    """verify_pack as the options say (``how``: the signature policy, --quick, --deep)."""
     from kbpack.pack.verified import identity, remember_verified
     from kbpack.verify.pipeline import verify_pack
 
-    key, require, allow_unsigned = policy
     before = identity(pack)  # the pack as it is now: a pass is remembered for this one only
-    report = verify_pack(
-        pack,
-        key=key,
-        require_signature=require,
-        allow_unsigned=allow_unsigned,
-        quick=quick,
-        deep=deep,
-        checked_apart=apart,
-    )
-    if report.intact and not quick:
+    policy = pick(how, "require_signature", "allow_unsigned", key="signature_key")
+    report = verify_pack(pack, **policy, quick=how["quick"], deep=how["deep"], checked_apart=apart)
+    if report.intact and not how["quick"]:
         remember_verified(pack, before)  # so that query stops suggesting verify
     return report
 
 
-def _verify_one(
-    pack: Path, policy: tuple[Path | None, bool, bool], quick: bool, deep: bool, as_json: bool
-) -> int:
+def _verify_one(pack: Path, how: dict[str, Any], as_json: bool) -> int:
     from kbpack.verify.pipeline import STEPS
 
-    report = _check(pack, policy, quick, deep, ())
+    report = _check(pack, how, ())
     if as_json:
         emit_json(report.as_dict())
         return Exit.OK if report.intact else Exit.FAILURE
@@ -96,7 +71,7 @@ def _verify_one(
         say(f"  note: {note}")
     findings = report.findings
     if not findings:
-        say("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
+        say("intact" + (" (quick: digests and invariants not checked)" if how["quick"] else ""))
         return Exit.OK
     say(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
     for f in findings:
@@ -106,9 +81,7 @@ def _verify_one(
 
 def _verify_many(
     packs: tuple[Path, ...],
-    policy: tuple[Path | None, bool, bool],
-    quick: bool,
-    deep: bool,
+    how: dict[str, Any],
     as_json: bool,
 ) -> int:
     """Every pack in turn (each set member's siblings given here are verified in full once, not
@@ -119,7 +92,7 @@ def _verify_many(
     worst = int(Exit.OK)
     for pack in packs:
         try:
-            report = _check(pack, policy, quick, deep, packs)
+            report = _check(pack, how, packs)
         except UsageError as e:  # this one cannot be checked; the others still are
             results.append({"path": str(pack), "intact": False, "error": str(e)})
             worst = max(worst, int(e.exit_code))
@@ -150,6 +123,6 @@ def _verify_many(
         for note in r.get("notes", []):
             if not note.startswith("member "):
                 say(f"{r['path']}: note: {note}")
-    quick_note = " (quick: digests and invariants not checked)" if quick else ""
+    quick_note = " (quick: digests and invariants not checked)" if how["quick"] else ""
     say(f"{intact} of {len(results)} packs intact{quick_note}")
     return worst

@@ -27,7 +27,7 @@ import signal
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from kbpack.runtime.child import Interpreter, signal_name
+from kbpack.runtime.child import Interpreter, jobs, signal_name
 from kbpack.testing.fuzz.pack_target import CommandRun, PackCommands, run_all
 
 # What the commands import lazily, imported once in the server so that no child pays for it.
@@ -84,13 +84,7 @@ def serve(conn: Connection) -> None:
         # child that loads a model otherwise. It starts no thread (measured: the server keeps
         # only numpy's OpenBLAS thread, which handles fork itself).
         llama_cpp.llama_backend_init()
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
+    for job in jobs(conn):
         gate_r, gate_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns
