@@ -1,15 +1,16 @@
 """The ``kbpack`` command: a thin click group.
 
-Commands live in ``kbpack/cli/commands/`` and are imported only when run, so ``kbpack --help`` and
-a cold ``kbpack query`` do not pay for modules they do not use. Library code raises typed
-errors (``kbpack.errors``); this module alone turns them, and the OS errors of ordinary I/O
-faults, into one-line messages and the exit codes of ``EXIT``.
+Commands live in ``kbpack/cli/commands/`` (one module each) and are imported only when run, so
+``kbpack --help`` and a cold ``kbpack query`` do not pay for modules they do not use. A command
+returns its exit code (an ``Exit``) or raises. Library code raises typed errors
+(``kbpack.errors``); one function here, :func:`exit_code`, turns whatever ended a command (a
+typed error, click's usage error, an OS error of an ordinary I/O fault, Ctrl-C, a bug) into one
+line on stderr and the exit code of ``EXIT``, for ``kbpack`` and for click's test runner alike.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
 import importlib
 import importlib.util
 import os
@@ -21,7 +22,7 @@ from typing import Any
 import click
 
 from kbpack.cli.commands.common import say
-from kbpack.errors import Exit
+from kbpack.errors import Exit, KbpackError
 from kbpack.runtime import interrupt
 from kbpack.runtime.terminal import printable
 from kbpack.version import __version__
@@ -44,86 +45,39 @@ EXIT: dict[Exit, str] = {
     "writing PATH; the new file is complete`)",
 }
 
-# name -> (module, attribute, one-line help), in the order a user meets them (--help lists them
-# so). The help is here so --help imports nothing.
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "build": ("kbpack.cli.commands.build", "build", "Build a pack from folders and files."),
-    "query": ("kbpack.cli.commands.query", "query", "Search a pack; answers carry citations."),
-    "inspect": (
-        "kbpack.cli.commands.inspect",
-        "inspect",
-        "Show what a pack holds and how it was made.",
-    ),
-    "export": (
-        "kbpack.cli.commands.inspect",
-        "export",
-        "Dump chunks, sections or documents as JSON lines.",
-    ),
-    "ask": (
-        "kbpack.cli.commands.ask",
-        "ask",
-        "Answer from a local chat model; every sentence checked against its citation.",
-    ),
-    "verify": (
-        "kbpack.cli.commands.verify",
-        "verify",
-        "Check a pack's bytes, signature and invariants.",
-    ),
-    "keygen": (
-        "kbpack.cli.commands.verify",
-        "keygen",
-        "Make an Ed25519 key pair for signing packs.",
-    ),
-    "sign": (
-        "kbpack.cli.commands.verify",
-        "sign",
-        "Sign a pack's manifest (HDF5 bytes untouched).",
-    ),
-    "update": (
-        "kbpack.cli.commands.update",
-        "update",
-        "Rebuild a pack, reusing unchanged documents.",
-    ),
-    "diff": ("kbpack.cli.commands.diff", "diff", "Show what changed between two packs."),
-    "migrate": (
-        "kbpack.cli.commands.diff",
-        "migrate",
-        "Upgrade a pack's format or re-embed it with a new model.",
-    ),
-    "merge": (
-        "kbpack.cli.commands.merge",
-        "merge",
-        "Merge several packs into one (no re-embedding).",
-    ),
-    "split": (
-        "kbpack.cli.commands.merge",
-        "split",
-        "Re-cut a pack or a set into members under a size (no re-embedding).",
-    ),
-    "model": ("kbpack.cli.commands.model", "model", "Embedding model: info, import, embed."),
-    "eval": (
-        "kbpack.cli.commands.evaluate",
-        "eval_cmd",
-        "Measure retrieval: recall@k, MRR, destroyed answers.",
-    ),
-    "calibrate": (
-        "kbpack.cli.commands.calibrate",
-        "calibrate",
-        "Choose the refusal threshold from data.",
-    ),
-    "serve": ("kbpack.cli.commands.serve", "serve", "A local search page and JSON API for packs."),
-    "mcp": ("kbpack.cli.commands.serve", "mcp", "Serve packs to local agents over MCP (stdio)."),
-    "bundle": (
-        "kbpack.cli.commands.bundle",
-        "bundle",
-        "Wheels, model and install script for a machine with no network.",
-    ),
-    "completion": (
-        "kbpack.cli.commands.completion",
-        "completion",
-        "Print the shell completion script (bash, zsh, fish).",
-    ),
+# name -> the one-line help, in the order a user meets them (--help lists them so). The help is
+# here so that --help imports nothing. A command is the function of its name in the module of
+# its name, kbpack/cli/commands/NAME.py, but for the ones in _MODULES.
+COMMANDS: dict[str, str] = {
+    "build": "Build a pack from folders and files.",
+    "query": "Search a pack; answers carry citations.",
+    "inspect": "Show what a pack holds and how it was made.",
+    "export": "Dump chunks, sections or documents as JSON lines.",
+    "ask": "Answer from a local chat model; every sentence checked against its citation.",
+    "verify": "Check a pack's bytes, signature and invariants.",
+    "keygen": "Make an Ed25519 key pair for signing packs.",
+    "sign": "Sign a pack's manifest (HDF5 bytes untouched).",
+    "update": "Rebuild a pack, reusing unchanged documents.",
+    "diff": "Show what changed between two packs.",
+    "migrate": "Upgrade a pack's format or re-embed it with a new model.",
+    "merge": "Merge several packs into one (no re-embedding).",
+    "split": "Re-cut a pack or a set into members under a size (no re-embedding).",
+    "model": "Embedding model: info, import, embed.",
+    "eval": "Measure retrieval: recall@k, MRR, destroyed answers.",
+    "calibrate": "Choose the refusal threshold from data.",
+    "serve": "A local search page and JSON API for packs.",
+    "mcp": "Serve packs to local agents over MCP (stdio).",
+    "bundle": "Wheels, model and install script for a machine with no network.",
+    "completion": "Print the shell completion script (bash, zsh, fish).",
 }
+# name -> (module, function) where they are not the name (``eval`` is a Python builtin)
+_MODULES: dict[str, tuple[str, str]] = {"eval": ("evaluate", "eval_cmd")}
+
+
+def _where(name: str) -> tuple[str, str]:
+    """The module and the function of the command ``name``."""
+    module, function = _MODULES.get(name, (name, name))
+    return f"kbpack.cli.commands.{module}", function
 
 
 class LazyGroup(click.Group):
@@ -133,9 +87,8 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS or not _available(cmd_name):
             return None
-        module, attr, _ = COMMANDS[cmd_name]
-        command: click.Command = getattr(importlib.import_module(module), attr)
-        _exit_with_return_value(command)
+        module, function = _where(cmd_name)
+        command: click.Command = getattr(importlib.import_module(module), function)
         return command
 
     def resolve_command(
@@ -151,31 +104,91 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from kbpack.errors import KbpackError
-
+        ctx.meta[_STARTED] = True  # a usage error from here on is the command's: one line
         try:
             return super().invoke(ctx)
-        except KbpackError as e:
-            raise CommandError(str(e), e.exit_code) from e
-        except click.UsageError as e:  # click's three-line usage error, as one line
-            where = e.ctx.command_path if e.ctx else "kbpack"
-            raise CommandError(f"{e.format_message()} (see {where} --help)", Exit.USAGE) from e
-        except OSError as e:  # an ordinary I/O fault (read-only folder, disk full): one line
-            if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
-                # ``| head`` has what it wanted: not an error (click would exit 1); later
-                # flushes, Python's at exit included, go to /dev/null
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return Exit.OK
-            message, code = os_error_line(e)
-            raise CommandError(message, code) from e
-        except KeyboardInterrupt as e:
-            raise Interrupted() from e
+        except (KeyboardInterrupt, OSError) as e:
+            # past click's main untouched (it would print a blank line, or exit 1 on EPIPE)
+            raise _Carried(e) from e
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> int:
+        """click's main, every ending mapped by :func:`exit_code`: returned, or (standalone,
+        as click's test runner calls it) the process's exit status."""
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else Exit.OK  # a command's Exit, or None
+        except BaseException as e:
+            code = exit_code(e)
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        rows = [(name, COMMANDS[name]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+_STARTED = "kbpack.started"
+
+
+class _Carried(Exception):
+    """An exception of a command carried past click's own handling to :func:`exit_code`."""
+
+    def __init__(self, inner: BaseException) -> None:
+        super().__init__(str(inner))
+        self.inner = inner
+
+
+def exit_code(e: BaseException) -> int:
+    """The one place where an ending becomes an exit code: the line it prints on stderr (none
+    for a clean ending) and the code (``EXIT``). ``KBPACK_DEBUG=1`` re-raises a bug."""
+    if isinstance(e, _Carried):
+        e = e.inner
+    if isinstance(e, SystemExit):  # shell completion answers and exits
+        return e.code if isinstance(e.code, int) else (Exit.OK if e.code is None else Exit.FAILURE)
+    if isinstance(e, click.exceptions.Exit):  # --help, --version
+        return e.exit_code
+    if isinstance(e, click.exceptions.Abort | KeyboardInterrupt):
+        say(interrupted_line(), err=True)
+        return Exit.INTERRUPTED
+    if isinstance(e, click.UsageError) and (e.ctx is None or e.ctx.meta.get(_STARTED)):
+        where = e.ctx.command_path if e.ctx else "kbpack"  # click's three lines, as one
+        return _error_line(f"{e.format_message()} (see {where} --help)", Exit.USAGE)
+    if isinstance(e, click.ClickException):  # before any command: click's own words
+        e.show(_Printable(sys.stderr))  # type: ignore[arg-type]
+        return Exit.USAGE if isinstance(e, click.UsageError) else e.exit_code
+    if isinstance(e, KbpackError):
+        return _error_line(str(e), e.exit_code)
+    if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+        # ``| head`` has what it wanted: not an error; later flushes, Python's at exit
+        # included, go to /dev/null
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
+    if isinstance(e, OSError):  # an ordinary I/O fault (read-only folder, disk full)
+        return _error_line(*os_error_line(e))
+    if not isinstance(e, Exception) or os.environ.get("KBPACK_DEBUG"):
+        raise e
+    first = (str(e).strip().splitlines() or [""])[0]
+    say(
+        f"kbpack: internal error: {type(e).__name__}: {first} (KBPACK_DEBUG=1 shows the traceback)",
+        err=True,
+    )
+    return Exit.FAILURE
+
+
+def _error_line(message: str, code: int) -> int:
+    one_line = " ".join(message.split("\n"))  # always
+    say(f"kbpack: error: {one_line}", err=True)
+    return code
 
 
 def _stdout_reader_gone() -> bool:
@@ -204,27 +217,6 @@ class _Printable:
         self.stream.flush()
 
 
-class CommandError(click.ClickException):
-    """A library error as the CLI shows it: one line on stderr, the error's exit code."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(" ".join(message.split("\n")))  # one line, always
-        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
-
-    def show(self, file: Any = None) -> None:
-        say(f"kbpack: error: {self.message}", err=True)
-
-
-class Interrupted(click.ClickException):
-    exit_code = Exit.INTERRUPTED
-
-    def __init__(self) -> None:
-        super().__init__("interrupted")
-
-    def show(self, file: Any = None) -> None:
-        say(interrupted_line(), err=True)
-
-
 def interrupted_line() -> str:
     """What an interrupt did: nothing visible, or (a signal after a commit) a complete new file."""
     done = interrupt.published_paths()
@@ -234,63 +226,42 @@ def interrupted_line() -> str:
     return f"kbpack: interrupted after writing {what}; the new file is complete"
 
 
-# errno -> (what happened, the fix, exit code). Path problems are usage errors (the user can fix
-# the command line); a full disk or an I/O error is a failure of the run.
-_OS_FIXES: dict[int, tuple[str, str, Exit]] = {
-    errno.ENOENT: ("no such file or folder", "check the path", Exit.USAGE),
-    errno.ENOTDIR: ("a part of the path is a file, not a folder", "fix the path", Exit.USAGE),
-    errno.EISDIR: ("is a folder", "give a file", Exit.USAGE),
-    errno.EACCES: (
-        "permission denied",
-        "choose a path you may use, or fix its permissions",
-        Exit.USAGE,
-    ),
-    errno.EPERM: ("operation not permitted", "choose a path you may use", Exit.USAGE),
-    errno.EROFS: ("read-only file system", "write to a folder on a writable disk", Exit.USAGE),
-    errno.ENAMETOOLONG: ("file name too long", "choose a shorter name", Exit.USAGE),
-    errno.ENOSPC: (
-        "no space left on the device",
-        "free space or write to another disk",
-        Exit.FAILURE,
-    ),
-    errno.EDQUOT: ("disk quota exceeded", "free space or write to another disk", Exit.FAILURE),
+# errno -> (what happened, the fix). A path problem is a usage error (the user can fix the
+# command line); a full disk or an I/O error is a failure of the run.
+_PATH_FAULTS: dict[int, tuple[str, str]] = {
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "fix the path"),
+    errno.EISDIR: ("is a folder", "give a file"),
+    errno.EACCES: ("permission denied", "choose a path you may use, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a path you may use"),
+    errno.EROFS: ("read-only file system", "write to a folder on a writable disk"),
+    errno.ENAMETOOLONG: ("file name too long", "choose a shorter name"),
+}
+_RUN_FAULTS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on the device", "free space or write to another disk"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or write to another disk"),
     errno.EFBIG: (
         "file too large for this file system",
         "write to another file system (FAT32 stops at 4 GiB)",
-        Exit.FAILURE,
     ),
-    errno.EIO: ("input/output error", "check the disk (dmesg), then run again", Exit.FAILURE),
+    errno.EIO: ("input/output error", "check the disk (dmesg), then run again"),
 }
 
 
 def os_error_line(e: OSError) -> tuple[str, int]:
     """One line naming the file, what the OS said and the fix; and the exit code."""
     where = e.filename if e.filename is not None else "kbpack"
-    what, fix, code = _OS_FIXES.get(
-        e.errno or 0, (e.strerror or str(e), "check the path and the disk", Exit.FAILURE)
-    )
+    err = e.errno or 0
+    if err in _PATH_FAULTS:
+        (what, fix), code = _PATH_FAULTS[err], Exit.USAGE
+    else:
+        unknown = (e.strerror or str(e), "check the path and the disk")
+        (what, fix), code = _RUN_FAULTS.get(err, unknown), Exit.FAILURE
     return f"{where}: {what}; {fix}", code
 
 
-def _exit_with_return_value(command: click.Command) -> None:
-    """Commands return their exit code; click ignores return values, so make it exit with it."""
-    cb = command.callback
-    if cb is None or getattr(cb, "_kbpack_exit", False):
-        return
-
-    @functools.wraps(cb)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        rv = cb(*args, **kwargs)
-        if isinstance(rv, int) and rv:
-            click.get_current_context().exit(rv)
-        return rv
-
-    wrapper._kbpack_exit = True  # type: ignore[attr-defined]
-    command.callback = wrapper
-
-
 def _available(name: str) -> bool:
-    return importlib.util.find_spec(COMMANDS[name][0]) is not None
+    return importlib.util.find_spec(_where(name)[0]) is not None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -358,33 +329,4 @@ def _restore_signal_handlers(old: dict[int, Any]) -> None:
 
 
 def _run(argv: list[str] | None) -> int:
-    from kbpack.errors import KbpackError
-
-    try:
-        rv = cli.main(args=argv, prog_name="kbpack", standalone_mode=False)
-        return rv if isinstance(rv, int) else Exit.OK
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        say(interrupted_line(), err=True)
-        return Exit.INTERRUPTED
-    except click.exceptions.Exit as e:
-        return e.exit_code
-    except click.ClickException as e:
-        # click's own messages quote what was typed
-        e.show(_Printable(sys.stderr))  # type: ignore[arg-type]
-        return Exit.USAGE if isinstance(e, click.UsageError) else e.exit_code
-    except KbpackError as e:  # raised outside a command (should not happen; kept as a net)
-        say(f"kbpack: error: {e}", err=True)
-        return e.exit_code
-    except BrokenPipeError:
-        # the reader went away (| head): not an error; keep Python from complaining at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return Exit.OK
-    except Exception as e:  # a bug, not a user error: one line, the traceback on request
-        if os.environ.get("KBPACK_DEBUG"):
-            raise
-        first = (str(e).strip().splitlines() or [""])[0]
-        say(
-            f"kbpack: internal error: {type(e).__name__}: {first} (KBPACK_DEBUG=1 shows the traceback)",
-            err=True,
-        )
-        return Exit.FAILURE
+    return cli.main(args=argv, prog_name="kbpack", standalone_mode=False)  # type: ignore[no-any-return]

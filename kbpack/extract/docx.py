@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import re
 import zipfile
-from dataclasses import replace
 from io import BytesIO
 from typing import Any
 
 from kbpack.errors import ExtractionError
 from kbpack.extract.common import human_bytes
 from kbpack.extract.limits import Limits
-from kbpack.extract.structure import TextBuilder, build_sections, heading_text
+from kbpack.extract.structure import TextBuilder, heading_text, with_text
 from kbpack.text.canonical import one_line
 from kbpack.text.document import Document
 
@@ -268,11 +267,4 @@ def extract_docx(data: bytes, doc: Document, limits: Limits) -> Document:
     except Exception:  # broken core properties must not fail the document
         core_title = ""
     title = core_title or styled_title or doc.title
-    return replace(
-        doc,
-        title=title,
-        text=text,
-        sections=build_sections(len(text), title, builder.headings),
-        replaced=builder.replaced,
-        decoding="docx",
-    )
+    return with_text(doc, text, title, builder.headings, replaced=builder.replaced, decoding="docx")

@@ -20,7 +20,7 @@ from kbpack.extract.common import (
     unsupported_reason,
 )
 from kbpack.extract.limits import Limits
-from kbpack.extract.structure import Heading, build_sections
+from kbpack.extract.structure import Heading, with_text
 from kbpack.text.canonical import Decoded, canonicalize, decode_text
 from kbpack.text.document import Document
 
@@ -57,13 +57,8 @@ def _plain(data: bytes, doc: Document, kind: str) -> Document:
         raise ExtractionError("no text: the file holds only whitespace", "extract")
     headings = markdown_headings(text) if kind == "md" else adornment_headings(text)
     title = _first_top_title(headings) or doc.title
-    return replace(
-        doc,
-        title=title,
-        text=text,
-        sections=build_sections(len(text), title, headings),
-        decoding=decoded.decoding,
-        replaced=decoded.replaced + replaced,
+    return with_text(
+        doc, text, title, headings, decoding=decoded.decoding, replaced=decoded.replaced + replaced
     )
 
 
@@ -80,13 +75,9 @@ def _html(data: bytes, doc: Document) -> Document:
     if not text.strip():
         raise ExtractionError("no text outside scripts, styles and navigation", "extract")
     title = title or doc.title
-    return replace(
-        doc,
-        title=title,
-        text=text,
-        sections=build_sections(len(text), title, builder.headings),
-        decoding=decoded.decoding,
-        replaced=decoded.replaced + builder.replaced,
+    replaced = decoded.replaced + builder.replaced
+    return with_text(
+        doc, text, title, builder.headings, decoding=decoded.decoding, replaced=replaced
     )
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import replace
 from typing import Any
 
 import pypdfium2 as pdfium
@@ -37,7 +36,7 @@ import pypdfium2.raw as pdfium_raw
 from kbpack.errors import ExtractionError
 from kbpack.extract.limits import Limits
 from kbpack.extract.pdf_layout import Line, furniture, paragraphs, usual_step
-from kbpack.extract.structure import Heading, TextBuilder, build_sections
+from kbpack.extract.structure import Heading, TextBuilder, with_text
 from kbpack.text.canonical import canonicalize, one_line
 from kbpack.text.document import Document, Page
 
@@ -205,12 +204,12 @@ def extract_pdf(data: bytes, doc: Document, limits: Limits) -> Document:
     if dropped:
         doc_warnings.append(f"{dropped} outline entries point nowhere and were left out")
     title = title or _display_title(page_lines[0]) or doc.title
-    return replace(
+    return with_text(
         doc,
-        title=title,
-        text=text,
+        text,
+        title,
+        headings,
         pages=pages,
-        sections=build_sections(len(text), title, headings),
         replaced=builder.replaced,
         decoding="pdf",
         warnings=_cap(doc_warnings),

@@ -9,10 +9,11 @@ not compose across a newline.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from kbpack.text.canonical import canonicalize, one_line
-from kbpack.text.document import Section
+from kbpack.text.document import Document, Section
 
 MAX_LEVEL = 9
 
@@ -97,3 +98,13 @@ def build_sections(text_length: int, title: str, headings: list[Heading]) -> lis
     for i, heading in enumerate(ordered):
         sections.append(Section(levels[i], heading.title, heading.start, ends[i], parents[i]))
     return sections
+
+
+def with_text(
+    doc: Document, text: str, title: str, headings: list[Heading], **more: Any
+) -> Document:
+    """What every extractor returns: ``doc`` with its text, its title and the sections its
+    headings make (:func:`build_sections`); ``more``: the rest it found (decoding, pages...)."""
+    return replace(
+        doc, title=title, text=text, sections=build_sections(len(text), title, headings), **more
+    )

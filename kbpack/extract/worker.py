@@ -27,6 +27,7 @@ from kbpack.errors import KbpackError
 from kbpack.extract.common import blank_document, failed, file_identity
 from kbpack.extract.discover import Candidate
 from kbpack.extract.limits import Limits
+from kbpack.runtime.child import Interpreter, how_it_ended, jobs
 from kbpack.text.document import Document
 
 _START_TIMEOUT_S = 120.0  # importing pypdfium2 and python-docx in a fresh interpreter
@@ -44,13 +45,14 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _serve(conn: Connection, memory_limit: int) -> None:
-    """The worker's loop: receive (path, name, limits), send back a Document; None stops it."""
+def serve(conn: Connection, memory_limit: str) -> None:
+    """The worker's loop (in a ``kbpack.runtime.child.Interpreter``): receive (path, name,
+    limits), send back a Document; None stops it. ``memory_limit``: bytes, 0 for none."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    if memory_limit > 0:
+    if int(memory_limit) > 0:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        resource.setrlimit(resource.RLIMIT_AS, (int(memory_limit), int(memory_limit)))
     # Import every extractor before saying ready, so a timeout measures extraction only.
     import kbpack.extract.docx
     import kbpack.extract.html
@@ -58,49 +60,17 @@ def _serve(conn: Connection, memory_limit: int) -> None:
     from kbpack.extract.file import extract_file
 
     conn.send("ready")
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        path, name, limits = job
+    for path, name, limits in jobs(conn):
         conn.send(extract_file(path, name, limits))
 
 
-class _Worker:
-    """A child interpreter running :func:`main`, talking over a socket pair.
-
-    A plain subprocess rather than multiprocessing: no fork of a parent that may hold threads
-    (llama.cpp), and no re-import of the caller's ``__main__`` as spawn would do.
-    """
+class _Worker(Interpreter):
+    """A child interpreter running :func:`serve` (``kbpack.runtime.child.Interpreter``: a
+    fresh interpreter, not a fork of a parent that may hold llama.cpp's threads)."""
 
     def __init__(self, limits: Limits) -> None:
-        import socket
-
-        parent, child = socket.socketpair()
-        self.conn = Connection(os.dup(parent.fileno()))
-        parent.close()
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])  # above kbpack/
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        command = [
-            sys.executable,
-            "-c",
-            "import sys; from kbpack.extract.worker import main; main(sys.argv[1:])",
-            str(child.fileno()),
-            str(limits.max_worker_memory_bytes),
-        ]
-        self.process = subprocess.Popen(
-            command,
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,  # parsers may print; the document records what matters
-            env=env,
-        )
-        child.close()
+        memory = str(limits.max_worker_memory_bytes)
+        super().__init__("kbpack.extract.worker:serve", [memory])
         if not self.conn.poll(_START_TIMEOUT_S) or self._recv() != "ready":
             self.kill()
             raise KbpackError(
@@ -149,32 +119,7 @@ class _Worker:
             self.process.wait(_STOP_TIMEOUT_S)
         code = self.process.returncode
         self.kill()
-        return f"crash:{_describe_exit(code)}"
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.conn.close()
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(None)
-            self.process.wait(_STOP_TIMEOUT_S)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
+        return f"crash:{how_it_ended(code)}"
 
 
 def _lost(candidate: Candidate, outcome: str, limits: Limits) -> Document:
@@ -227,9 +172,4 @@ def extract_all(
         raise
     finally:
         if worker is not None:
-            worker.stop()
-
-
-def main(argv: list[str]) -> None:
-    """Entry point of the worker process: ``argv`` = [socket fd, memory limit in bytes]."""
-    _serve(Connection(int(argv[0])), int(argv[1]))
+            worker.stop(_STOP_TIMEOUT_S)

@@ -207,25 +207,25 @@ def _model_for(p: Plan, recalled: dict[str, str] | None, embedded: bool) -> tupl
 
 # What a query learnt of a pack's model (its hash and query prefix, from /model), keyed by the
 # pack's state as the pre-flight memo keys it (kbpack/pack/preflight.py): read by the next
-# cold query of the same file before HDF5 is imported.
+# cold query of the same file before HDF5 is imported. One of this machine's memos
+# (kbpack/runtime/memo.py).
 MODEL_MEMO = "pack-models"
 
 
-def _memo_file(pack: Path, header: Any) -> Path:
-    from kbpack.pack.preflight import memo_key
-    from kbpack.runtime.cache import cache_dir
+def _memo() -> Any:
+    from kbpack.runtime.memo import Memo  # when used: kbpack's start imports this module
 
-    key = memo_key(pack, header)
-    return cache_dir() / MODEL_MEMO / key[:2] / key
+    return Memo(MODEL_MEMO, fan_out=True)
+
+
+def _key(pack: Path, header: Any) -> str:
+    from kbpack.pack.preflight import memo_key
+
+    return memo_key(pack, header)
 
 
 def _recalled(pack: Path, header: Any) -> dict[str, str] | None:
-    import json
-
-    try:
-        saved = json.loads(_memo_file(pack, header).read_text())
-    except (OSError, ValueError):
-        return None
+    saved = _memo().read_json(_key(pack, header))
     if (
         isinstance(saved, dict)
         and isinstance(saved.get("sha256"), str)
@@ -241,8 +241,6 @@ def remember_model(reader: Any) -> None:
     next cold query's head start. Never fails: a memo that cannot be written costs only the
     head start."""
     import contextlib
-    import json
-    import os
 
     from kbpack.pack import format as F
 
@@ -250,14 +248,11 @@ def remember_model(reader: Any) -> None:
         stamp = reader.model
         if stamp is None:
             return
-        memo = _memo_file(reader.path, reader.header)
-        if memo.exists():
+        memo, key = _memo(), _key(reader.path, reader.header)
+        if memo.has(key):
             return
-        memo.parent.mkdir(parents=True, exist_ok=True)
         doc = {"sha256": str(stamp[F.M_SHA256]), "query_prefix": str(stamp[F.M_QUERY_PREFIX])}
-        tmp = memo.with_name(f"{memo.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, memo)
+        memo.write_json(key, doc)
 
 
 def claim(path: Path, threads: int | None) -> ModelLoad | None:

@@ -11,13 +11,13 @@ later queries load it in-process at once.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from kbpack.errors import ModelError
-from kbpack.runtime.cache import cache_dir
+from kbpack.runtime.memo import Memo
 
 MEMO_FOLDER = "loaded-models"
+_LOADED = Memo(MEMO_FOLDER)  # one of this machine's memos (kbpack/runtime/memo.py)
 TIMEOUT_S = 120.0  # the default model loads in ~0.3 s; a stuck load is what this is for
 MEMORY_BYTES = 8 * 2**30
 
@@ -38,8 +38,7 @@ def _probe(path: str) -> bool:
 def check_first_load(path: Path, sha256: str) -> None:
     """ModelError (one line) if loading ``path`` (whose SHA-256 kbpack computed) crashes,
     stalls or fails in a child; at once for a model that passed before on this machine."""
-    marker = cache_dir() / MEMO_FOLDER / sha256
-    if marker.is_file():
+    if _LOADED.has(sha256):
         return
     from kbpack.runtime.sandbox import Limits, SandboxFailure, run_isolated
 
@@ -48,6 +47,4 @@ def check_first_load(path: Path, sha256: str) -> None:
     except SandboxFailure as e:
         detail = e.detail.replace("HDF5 parsing", "loading the model")
         raise ModelError(f"llama.cpp failed on it in a child process ({detail})") from e
-    with contextlib.suppress(OSError):
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(path) + "\n", encoding="utf-8")
+    _LOADED.write(sha256, f"{path}\n".encode("utf-8", "surrogateescape"))

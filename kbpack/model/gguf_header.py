@@ -8,14 +8,12 @@ skipped (only their length is kept), so a 30k-token vocabulary costs a few milli
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import os
 import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from kbpack.errors import ModelError
+from kbpack.runtime.memo import FileMemo, FileState
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -63,7 +61,7 @@ class ArrayInfo:
 
 # (path, size, mtime_ns) -> metadata: a query process identifies the model and then loads it,
 # and each wanted the header; walking a 30k-token vocabulary twice cost ~25 ms of a cold query
-_PARSED: dict[tuple[str, int, int], dict[str, Any]] = {}
+_PARSED: dict[FileState, dict[str, Any]] = {}
 
 
 def read_gguf_metadata(path: Path) -> dict[str, Any]:
@@ -73,16 +71,15 @@ def read_gguf_metadata(path: Path) -> dict[str, Any]:
     default model cost every cold ``kbpack query`` ~10 ms of CPU (~40 ms on a loaded machine).
     A file that changes gets a new key and is parsed (and checked) again."""
     try:
-        st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in _PARSED:
-            remembered = _recall(key)
+        state = FileState.of(path)
+        if state not in _PARSED:
+            remembered = _recall(state)
             if remembered is None:
                 with path.open("rb") as f:
-                    remembered = _read(f, path, st.st_size)
-                _remember(key, remembered)
-            _PARSED[key] = remembered
-        return dict(_PARSED[key])
+                    remembered = _read(f, path, state.size)
+                _remember(state, remembered)
+            _PARSED[state] = remembered
+        return dict(_PARSED[state])
     except OSError as e:
         raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
 
@@ -91,21 +88,21 @@ MEMO_FOLDER = "gguf-headers"
 _ARRAY_MARK = "__gguf_array__"  # an ArrayInfo in the memo's JSON: {mark: [type, length]}
 
 
+_HEADERS = FileMemo(MEMO_FOLDER)  # one of this machine's memos (kbpack/runtime/memo.py)
+
+
 def _memo_file(real_path: str) -> Path:
-    from kbpack.runtime.cache import cache_dir  # imported when used: cache imports the converter
-
-    name = hashlib.sha256(real_path.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return cache_dir() / MEMO_FOLDER / f"{name}.json"
+    return _HEADERS.path(real_path)
 
 
-def _recall(key: tuple[str, int, int]) -> dict[str, Any] | None:
+def _recall(state: FileState) -> dict[str, Any] | None:
     """The metadata remembered for this file state, or None (none, or unreadable: parse)."""
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, UnicodeError):
-        saved = json.loads(_memo_file(key[0]).read_text(encoding="utf-8"))
-        if [saved["path"], saved["size"], saved["mtime_ns"]] != list(key):
-            return None
-        meta: dict[str, Any] = {}
-        for k, v in saved["metadata"].items():
+    saved = _HEADERS.recall(state)
+    if not isinstance(saved, dict):
+        return None
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(ValueError, TypeError, KeyError):
+        for k, v in saved.items():
             if isinstance(v, dict):
                 etype, n = v[_ARRAY_MARK]
                 v = ArrayInfo(int(etype), int(n))
@@ -116,19 +113,13 @@ def _recall(key: tuple[str, int, int]) -> dict[str, Any] | None:
     return None
 
 
-def _remember(key: tuple[str, int, int], meta: dict[str, Any]) -> None:
-    """Write the memo atomically; a read-only cache only costs the next parse."""
+def _remember(state: FileState, meta: dict[str, Any]) -> None:
+    """Remember the metadata; a read-only cache only costs the next parse."""
     plain = {
         k: {_ARRAY_MARK: [v.element_type, v.length]} if isinstance(v, ArrayInfo) else v
         for k, v in meta.items()
     }
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        memo = _memo_file(key[0])
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
-        record = {"path": key[0], "size": key[1], "mtime_ns": key[2], "metadata": plain}
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, memo)
+    _HEADERS.remember(state, plain)
 
 
 def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
@@ -258,6 +249,7 @@ def check_gguf_bytes(head: bytes, where: str) -> None:
 
 
 CHECKED_FOLDER = "gguf-checked"  # file states whose hyperparameters passed _check
+_CHECKED = FileMemo(CHECKED_FOLDER)
 
 
 def check_hyperparameters(path: Path) -> None:
@@ -267,22 +259,13 @@ def check_hyperparameters(path: Path) -> None:
     modification time) that passed is remembered in the user cache as the metadata is: the
     tensor walk re-reads the whole header (~12 ms for the default model) on every cold query."""
     try:
-        st = path.stat()
+        state = FileState.of(path)
     except OSError as e:
         raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
-    real = str(path.resolve())
-    key = [real, st.st_size, st.st_mtime_ns]
-    headers = _memo_file(real)  # the same name, in its own folder beside the metadata's
-    memo = headers.parent.with_name(CHECKED_FOLDER) / headers.name
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(memo.read_text(encoding="utf-8")) == key:
-            return
+    if _CHECKED.recall(state) is True:
+        return
     _check(read_gguf_metadata(path), read_gguf_tensors(path), path)
-    with contextlib.suppress(OSError):  # a read-only cache only costs the next check
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(key), encoding="utf-8")
-        os.replace(tmp, memo)
+    _CHECKED.remember(state, True)  # a read-only cache only costs the next check
 
 
 def _check(meta: dict[str, Any], tensors: dict[str, Any], path: Any) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
-import os
 import re
 import sys
 from collections.abc import Mapping
@@ -21,6 +19,7 @@ import numpy as np
 from kbpack.errors import ModelError
 from kbpack.model import keys as K
 from kbpack.model.gguf_header import read_gguf_metadata
+from kbpack.runtime.memo import FileMemo, FileState
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A GGUF without kbpack's window key gets its context length as window, capped: a 32k-token
@@ -66,22 +65,20 @@ class ModelIdentity:
 
 def sha256_file(path: Path) -> str:
     """SHA-256 of a file, memoised by (real path, size, mtime): in the process, and in the
-    cache folder, so that a cold ``kbpack query`` does not hash a 46 MB model (twice) every
-    time. Any change to the file changes its size or mtime, and so its key."""
+    cache folder (one of this machine's memos, kbpack/runtime/memo.py), so that a cold
+    ``kbpack query`` does not hash a 46 MB model (twice) every time. Any change to the file
+    changes its size or mtime, and so its key."""
     path = Path(path)
     try:
-        st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        state = FileState.of(path)
     except OSError as e:
         raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
-    if key in _MEMO:
-        return _MEMO[key]
-    memo = _memo_path(key[0])
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        saved = json.loads(memo.read_text())
-        if (saved["size"], saved["mtime_ns"]) == key[1:] and len(saved["sha256"]) == 64:
-            _MEMO[key] = str(saved["sha256"])
-            return _MEMO[key]
+    if state in _MEMO:
+        return _MEMO[state]
+    saved = _HASHES.recall(state)
+    if isinstance(saved, str) and _SHA256.fullmatch(saved):
+        _MEMO[state] = saved
+        return saved
     h = hashlib.sha256()
     try:
         with path.open("rb") as f:
@@ -89,23 +86,17 @@ def sha256_file(path: Path) -> str:
                 h.update(chunk)
     except OSError as e:
         raise ModelError(f"{path}: cannot read model file ({e.strerror or e})") from e
-    _MEMO[key] = h.hexdigest()
-    with contextlib.suppress(OSError):  # a read-only cache only costs speed
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"size": key[1], "mtime_ns": key[2], "sha256": _MEMO[key]}))
-        os.replace(tmp, memo)
-    return _MEMO[key]
+    _MEMO[state] = h.hexdigest()
+    _HASHES.remember(state, _MEMO[state])  # a read-only cache only costs speed
+    return _MEMO[state]
 
 
-_MEMO: dict[tuple[str, int, int], str] = {}
+_MEMO: dict[FileState, str] = {}
+_HASHES = FileMemo("hashes")
 
 
 def _memo_path(real_path: str) -> Path:
-    from kbpack.runtime.cache import cache_dir  # cache imports this module
-
-    name = hashlib.sha256(real_path.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return cache_dir() / "hashes" / f"{name}.json"
+    return _HASHES.path(real_path)
 
 
 @functools.cache

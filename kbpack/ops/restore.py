@@ -98,13 +98,16 @@ class PackContents:
             warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
         )
 
+    def _rows(self, a: int, b: int, *columns: str) -> list[np.ndarray]:
+        """Rows ``a`` to ``b`` of each of ``columns``."""
+        return [self.r.column(c)[a:b] for c in columns]
+
     def sections(self, doc: int) -> list[Section]:
         r = self.r
         a, b = int(self.section_rows[doc]), int(self.section_rows[doc + 1])
-        parent = r.column(F.SEC_PARENT)[a:b]
-        level = r.column(F.SEC_LEVEL)[a:b]
-        start = r.column(F.SEC_FROM)[a:b]
-        end = r.column(F.SEC_TO)[a:b]
+        parent, level, start, end = self._rows(
+            a, b, F.SEC_PARENT, F.SEC_LEVEL, F.SEC_FROM, F.SEC_TO
+        )
         titles = r.strings(F.SEC_TITLE)[a:b]
         out = []
         for k in range(b - a):
@@ -119,11 +122,8 @@ class PackContents:
         return out
 
     def pages(self, doc: int) -> list[Page]:
-        r = self.r
         a, b = int(self.page_rows[doc]), int(self.page_rows[doc + 1])
-        number = r.column(F.PAGE_NUMBER)[a:b]
-        start = r.column(F.PAGE_FROM)[a:b]
-        end = r.column(F.PAGE_TO)[a:b]
+        number, start, end = self._rows(a, b, F.PAGE_NUMBER, F.PAGE_FROM, F.PAGE_TO)
         return [Page(int(number[k]), int(start[k]), int(end[k])) for k in range(b - a)]
 
     def chunks(self, doc: int) -> list[Chunk]:
@@ -132,11 +132,9 @@ class PackContents:
         a, b = self.chunk_range(doc)
         base = int(self.section_rows[doc])
         n_sec = int(self.section_rows[doc + 1]) - base
-        section = r.column(F.CHUNK_SECTION)[a:b]
-        start = r.column(F.CHUNK_FROM)[a:b]
-        end = r.column(F.CHUNK_TO)[a:b]
-        page = r.column(F.CHUNK_PAGE)[a:b]
-        tokens = r.column(F.CHUNK_TOKENS)[a:b]
+        section, start, end, page, tokens = self._rows(
+            a, b, F.CHUNK_SECTION, F.CHUNK_FROM, F.CHUNK_TO, F.CHUNK_PAGE, F.CHUNK_TOKENS
+        )
         out = []
         for k in range(b - a):
             local = int(section[k]) - base

@@ -2,7 +2,8 @@
 for one that never was.
 
 A pass of ``kbpack verify`` leaves an empty-ish marker file in the user cache
-(``$KBPACK_CACHE_DIR`` or ``$XDG_CACHE_HOME/kbpack``, folder ``verified/``), named by the
+(``$KBPACK_CACHE_DIR`` or ``$XDG_CACHE_HOME/kbpack``, folder ``verified/``: one of this
+machine's memos, kbpack/runtime/memo.py), named by the
 SHA-256 of the pack's absolute path, size, modification time (ns) and manifest digest (the
 SHA-256 of its HDF5 bytes, which the manifest states). A pack copied, replaced, touched or
 signed since is another key: it was not verified as it is now.
@@ -19,14 +20,15 @@ hint is shown (or the pass not remembered), never an error.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
-import os
 from pathlib import Path
 
+from kbpack.runtime.memo import Memo
+
 MARKERS = "verified"
+_MARKERS = Memo(MARKERS)
 
 
 def identity(pack: Path, manifest_sha256: str | None = None) -> str | None:
@@ -45,21 +47,12 @@ def identity(pack: Path, manifest_sha256: str | None = None) -> str | None:
     return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _folder() -> Path:
-    from kbpack.runtime.cache import cache_dir
-
-    return cache_dir() / MARKERS
-
-
 def was_verified(pack: Path, manifest_sha256: str) -> bool:
     """Whether ``kbpack verify`` passed on ``pack`` as it is now, on this machine."""
     key = identity(pack, manifest_sha256)
     if key is None:
         return True  # nothing to say about a pack that cannot even be stat'ed
-    try:
-        return (_folder() / key).is_file()
-    except OSError:
-        return False
+    return _MARKERS.has(key)
 
 
 def remember_verified(pack: Path, key: str | None, event: str = "verified") -> bool:
@@ -68,18 +61,11 @@ def remember_verified(pack: Path, key: str | None, event: str = "verified") -> b
     the cache is not writable. ``event`` names what is recorded in the marker."""
     if key is None or identity(pack) != key:
         return False
-    with contextlib.suppress(OSError):
-        folder = _folder()
-        folder.mkdir(parents=True, exist_ok=True)
-        note = {
-            "path": str(pack.resolve()),
-            event: dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        }
-        tmp = folder / f".{key}.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(note) + "\n", encoding="utf-8")
-        os.replace(tmp, folder / key)
-        return True
-    return False
+    note = {
+        "path": str(pack.resolve()),
+        event: dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+    }
+    return _MARKERS.write(key, (json.dumps(note) + "\n").encode("utf-8", "surrogateescape"))
 
 
 def remember_written(pack: Path) -> bool:

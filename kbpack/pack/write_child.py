@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kbpack.errors import PackError, describe
+from kbpack.runtime.child import Forked, Reply, die_with_parent, signal_name
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 TOO_LARGE = (errno.EFBIG,)
@@ -71,29 +72,22 @@ def errors_reported_first() -> Iterator[None]:
 
 
 def run_in_child(fn: Callable[[], Any]) -> Any:
-    """``fn()`` in a forked child; its JSON-able result, or ``ChildFailed``.
+    """``fn()`` in a forked child (``kbpack.runtime.child.Forked``); its JSON-able result, or
+    ``ChildFailed``. No time limit: a large write takes what it takes.
 
     Ctrl-C or SIGTERM in the parent kills the child (SIGKILL) before the exception goes on.
+    A SIGKILLed writer's child dies with it (``die_with_parent``): it otherwise went on writing
+    the temp file for up to the whole HDF5 phase (measured by bench/faults.py: alive 1-2 s after
+    its parent on the test corpus), and one forked just before the kill could create the file
+    after the next build had removed the dead writer's temp files, leaving one behind. The
+    writer's thread waits for the child, so the thread-tied death signal cannot fire early.
     """
-    r, w = os.pipe()
     parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
+
+    def body(reply: Reply) -> None:
         global _report
-        _die_with_parent(parent)
-        os.close(r)
-        sent = False
-
-        def send(payload: dict[str, Any]) -> None:
-            nonlocal sent
-            if sent:
-                return  # the first report is the cause; later ones are consequences
-            sent = True
-            view = memoryview(json.dumps(payload).encode())
-            while view:
-                view = view[os.write(w, view) :]
-
-        _report = send
+        die_with_parent(parent)
+        _report = reply.send
         payload: dict[str, Any]
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides, and kills us
@@ -105,50 +99,21 @@ def run_in_child(fn: Callable[[], Any]) -> Any:
             payload = {"ok": fn()}
         except BaseException as e:
             payload = {"error": describe(e), "errno": error_number(e)}
-        try:
-            send(payload)
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks: list[bytes] = []
+        reply.send(payload)
+
+    child = Forked(body)
     try:
-        with os.fdopen(r, "rb") as f:
-            while data := f.read(1 << 16):
-                chunks.append(data)
-        _, status = os.waitpid(pid, 0)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.waitpid(pid, 0)
-        raise
-    if not chunks:
+        data, status = child.outcome()
+    finally:
+        child.kill()  # at once on Ctrl-C; after the outcome, it only closes the pipe
+    if not data:
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        name = signal.Signals(sig).name if sig in set(signal.Signals) else f"status {status}"
+        name = signal_name(sig) if sig is not None else f"status {status}"
         raise ChildFailed(f"HDF5 crashed while writing ({name})", sig=sig)
-    payload = json.loads(b"".join(chunks))
+    payload = json.loads(data)
     if "error" in payload:
         raise ChildFailed(payload["error"], err=payload.get("errno"))
     return payload["ok"]
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this (forked) child when the writer dies, where Linux allows it.
-
-    A SIGKILLed writer's child otherwise went on writing the temp file for up to the whole HDF5
-    phase (measured by bench/faults.py: alive 1-2 s after its parent on the test corpus), and
-    one forked just before the kill could create the file after the next build had removed the
-    dead writer's temp files, leaving one behind. The writer's thread waits for the child, so
-    the thread-tied death signal cannot fire early."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the writer died before the signal was armed
-        os._exit(1)
 
 
 def free_bytes(folder: Path) -> int | None:

@@ -1,9 +1,9 @@
 """Run a function in a forked child that may crash, hang or blow up its memory, safely.
 
 ``verify`` parses untrusted HDF5 here: the HDF5 C library has had 130+ CVEs for crafted files,
-so the child gets an address-space limit, a wall-clock timeout, no core dumps, no right to
-write files and stdio on /dev/null, and a crash becomes one ``SandboxFailure``, not a dead CLI.
-The result comes back as JSON through a pipe.
+so the child (``kbpack.runtime.child.Forked``) gets an address-space limit, a wall-clock
+timeout, no core dumps, no right to write files and stdio on /dev/null, and a crash becomes one
+``SandboxFailure``, not a dead CLI. The result comes back as JSON through a pipe.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import faulthandler
 import json
 import os
 import resource
-import select
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kbpack.errors import describe
+from kbpack.runtime.child import Forked, Reply, signal_name
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class SandboxFailure(Exception):
 
 
 class Isolated:
-    """``fn(*args)`` in a forked child with an address-space limit, a wall-clock timeout, no
-    core dumps, no right to write files, and stdio on /dev/null.
+    """``fn(*args)`` in a forked child (``kbpack.runtime.child.Forked``) with an address-space
+    limit, a wall-clock timeout, no core dumps, no right to write files, and stdio on /dev/null.
 
     The child runs ``preload`` at once, then waits for ``result()`` to release it, so slow
     imports overlap the parent's work while nothing is parsed before the parent says so.
@@ -58,64 +57,38 @@ class Isolated:
         preload: Callable[[], None] | None = None,
     ) -> None:
         self.limits = limits
-        r, w = os.pipe()
-        gate_r, gate_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(r)
-            os.close(gate_w)
+
+        def body(reply: Reply) -> None:
             payload: dict[str, Any] = {}
             try:
                 _confine(limits)
                 if preload is not None:
                     preload()
-                if os.read(gate_r, 1) != b"g":
-                    os._exit(0)  # cancelled
+                if not reply.go():
+                    return  # cancelled
                 payload = {"ok": fn(*args)}
             except MemoryError:
                 payload = {"error": "sandbox-memory", "detail": "over the verify memory limit"}
             except BaseException as e:
                 payload = {"error": "hdf5-unreadable", "detail": describe(e)}
-            try:
-                view = memoryview(json.dumps(payload).encode())
-                while view:
-                    view = view[os.write(w, view) :]
-            finally:
-                os._exit(0)
-        os.close(w)
-        os.close(gate_r)
-        self.pid: int | None = pid
-        self.out = r
-        self.gate: int | None = gate_w
+            reply.send(payload)
+
+        self.child = Forked(body, gated=True)
 
     def result(self) -> Any:
-        assert self.pid is not None and self.gate is not None
-        os.write(self.gate, b"g")
-        os.close(self.gate)
-        self.gate = None
-        chunks: list[bytes] = []
-        deadline = time.monotonic() + self.limits.timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SandboxFailure(
-                    "sandbox-timeout",
-                    f"HDF5 parsing took longer than {self.limits.timeout_s:g} s and was stopped",
-                )
-            ready, _, _ = select.select([self.out], [], [], left)
-            if ready:
-                data = os.read(self.out, 1 << 20)
-                if not data:
-                    break
-                chunks.append(data)
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        if os.WIFSIGNALED(status) and not chunks:
-            sig = os.WTERMSIG(status)
-            name = signal.Signals(sig).name if sig in set(signal.Signals) else sig
+        self.child.go()
+        try:
+            data, status = self.child.outcome(self.limits.timeout_s)
+        except TimeoutError:
+            raise SandboxFailure(
+                "sandbox-timeout",
+                f"HDF5 parsing took longer than {self.limits.timeout_s:g} s and was stopped",
+            ) from None
+        if os.WIFSIGNALED(status) and not data:
+            name = signal_name(os.WTERMSIG(status))
             raise SandboxFailure("sandbox-crash", f"HDF5 parsing crashed the reader ({name})")
         try:
-            payload = json.loads(b"".join(chunks))
+            payload = json.loads(data)
         except ValueError as e:
             raise SandboxFailure("sandbox-crash", "the reader died before reporting") from e
         if "error" in payload:
@@ -123,19 +96,7 @@ class Isolated:
         return payload["ok"]
 
     def cancel(self) -> None:
-        if self.gate is not None:
-            os.close(self.gate)  # the child reads EOF at its gate and leaves
-            self.gate = None
-        if self.pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(self.pid, 0)
-            self.pid = None
-        if self.out >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.out)
-            self.out = -1
+        self.child.kill()
 
 
 def run_isolated(fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> Any:

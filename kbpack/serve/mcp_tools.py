@@ -30,6 +30,16 @@ from kbpack.version import __version__
 MAX_READ_CHARS = 20_000  # one read returns at most this much text: agents page through
 
 
+def _arguments(required: str, **properties: dict[str, Any]) -> dict[str, Any]:
+    """A tool's JSON schema: an object of these properties, ``required`` among them, no other."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [required],
+        "additionalProperties": False,
+    }
+
+
 def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
     names = ", ".join(library.packs)
     pack = {
@@ -37,6 +47,8 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
         "description": f"One pack ({names}; a result's pack file name works too). "
         "Default: search every pack as one; read finds the pack holding the document.",
     }
+    text = {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS}
+    k = {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 5}
     return {
         "search": {
             "description": (
@@ -45,17 +57,13 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
                 "'answered' is false when nothing is close enough: then say the packs do not say. "
                 "'not_in_pack' lists query words (names, products) the packs never mention."
             ),
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
-                    "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 5},
-                    "mode": {"type": "string", "enum": list(MODES), "default": "hybrid"},
-                    "pack": pack,
-                },
-                "required": ["query"],
-                "additionalProperties": False,
-            },
+            "schema": _arguments(
+                "query",
+                query=text,
+                k=k,
+                mode={"type": "string", "enum": list(MODES), "default": "hybrid"},
+                pack=pack,
+            ),
         },
         "ask": {
             "description": (
@@ -65,16 +73,7 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
                 "answer it (nothing was generated). 'fallback' true: the answer is quoted from "
                 "the packs, not written by a model."
             ),
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
-                    "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 5},
-                    "pack": pack,
-                },
-                "required": ["question"],
-                "additionalProperties": False,
-            },
+            "schema": _arguments("question", question=text, k=k, pack=pack),
         },
         "read": {
             "description": (
@@ -82,17 +81,13 @@ def tool_schemas(library: Library) -> dict[str, dict[str, Any]]:
                 "result's from/to, or wider for context). At most "
                 f"{MAX_READ_CHARS} characters per call."
             ),
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "doc": {"type": "string", "description": "The document name from a result."},
-                    "from": {"type": "integer", "minimum": 0, "default": 0},
-                    "to": {"type": "integer", "minimum": 0},
-                    "pack": pack,
-                },
-                "required": ["doc"],
-                "additionalProperties": False,
-            },
+            "schema": _arguments(
+                "doc",
+                doc={"type": "string", "description": "The document name from a result."},
+                **{"from": {"type": "integer", "minimum": 0, "default": 0}},
+                to={"type": "integer", "minimum": 0},
+                pack=pack,
+            ),
         },
     }
 

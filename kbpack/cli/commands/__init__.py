@@ -1,1 +1,3 @@
-"""One module per command family; ``kbpack.cli.main`` imports each only when its command runs."""
+"""One module per command, named as the command (``eval``: ``evaluate``); ``kbpack.cli.main``
+imports each only when its command runs. Output helpers they share: ``common``; options they
+share: ``kbpack.cli.options``."""

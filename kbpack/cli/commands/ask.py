@@ -10,68 +10,47 @@ from typing import Any
 import click
 
 from kbpack.answer.generate import DEFAULT_CONTEXT
-from kbpack.cli.commands.common import emit_json, json_option, quiet_option, say, threads_option
+from kbpack.cli.commands.common import emit_json, pick, say
 from kbpack.cli.commands.query import QueryCommand
+from kbpack.cli.options import (
+    at_least,
+    flag,
+    json_option,
+    k_option,
+    llm_options,
+    model_option,
+    pack_argument,
+    quiet_option,
+    text_argument,
+    threads_option,
+)
 from kbpack.errors import Exit, UsageError
 from kbpack.runtime.terminal import printable
 
 
 @click.command(cls=QueryCommand)
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("text", nargs=-1)
-@click.option(
-    "--llm",
-    type=click.Path(path_type=Path),
-    help="Chat model GGUF that writes the answer (identified by its SHA-256).",
+@pack_argument()
+@text_argument()
+@llm_options(
+    "Chat model GGUF that writes the answer (identified by its SHA-256).",
+    max_tokens_help="Most tokens the model may write.",
+    context=DEFAULT_CONTEXT,
+    context_help="Tokens for the sources and question (--max-tokens come on top): fewer give "
+    "fewer passages and a sooner first token.",
 )
-@click.option(
-    "--extractive",
-    is_flag=True,
-    help="No model: quote the pack's best-matching sentences.",
+@flag("--extractive", help="No model: quote the pack's best-matching sentences.")
+@k_option("Passages to retrieve.")
+@at_least(
+    "--temperature", 0.0, 0.0, "0: greedy, the same answer every time (a fixed seed otherwise)."
 )
-@click.option(
-    "-k",
-    "k",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Passages to retrieve.",
-)
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(min=1),
-    default=128,
-    show_default=True,
-    help="Most tokens the model may write.",
-)
-@click.option(
-    "--context",
-    type=click.IntRange(min=128),
-    default=DEFAULT_CONTEXT,
-    show_default=True,
-    help="Tokens for the sources and question (--max-tokens come on top): fewer give fewer "
-    "passages and a sooner first token.",
-)
-@click.option(
-    "--temperature",
-    type=click.FloatRange(min=0.0),
-    default=0.0,
-    show_default=True,
-    help="0: greedy, the same answer every time (a fixed seed otherwise).",
-)
-@click.option(
+@flag(
     "--show-passages",
-    is_flag=True,
     help="When the pack refuses, list the nearest passages anyway (not an answer).",
 )
-@click.option(
-    "--model",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Query-side embedding GGUF (must be the pack's model).",
-)
-@threads_option
-@json_option
-@quiet_option
+@model_option("Query-side embedding GGUF (must be the pack's model).")
+@threads_option()
+@json_option()
+@quiet_option()
 def ask(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     """Answer QUESTION from PACK with a local chat model (--llm MODEL.gguf), citing passages.
 
@@ -124,18 +103,8 @@ def _ask(p: Any, question: str, llm: Path | None, kw: dict[str, Any]) -> int:
         sys.stderr.flush()
 
     try:
-        a = ask(
-            p,
-            question,
-            llm,
-            k=kw["k"],
-            max_tokens=kw["max_tokens"],
-            temperature=kw["temperature"],
-            threads=kw["threads"],
-            context=kw["context"],
-            show_passages=kw["show_passages"],
-            on_token=on_token if streaming else None,
-        )
+        asked = pick(kw, "k", "max_tokens", "temperature", "threads", "context", "show_passages")
+        a = ask(p, question, llm, **asked, on_token=on_token if streaming else None)
     finally:
         if started:
             say("", err=True)  # end the draft's line, also when Ctrl-C cut it

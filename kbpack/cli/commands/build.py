@@ -1,4 +1,4 @@
-"""``kbpack build`` and ``kbpack update``."""
+"""``kbpack build``, and the options and run it shares with ``kbpack update``."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
+from kbpack.cli.commands.common import emit_json, say, show_progress
+from kbpack.cli.options import (
+    at_least,
+    counted,
+    dry_run_option,
+    flag,
     force_option,
     json_option,
+    model_option,
     output_option,
+    prefix_options,
     quiet_option,
-    say,
-    show_progress,
+    sources_argument,
+    stacked,
     threads_option,
 )
+from kbpack.errors import Exit
 from kbpack.text.analyze import PLAIN, SNOWBALL_ENGLISH
 
 # --analyzer's choices -> the name a pack records ("plain" records none)
@@ -24,30 +31,20 @@ _ANALYZER_IDS = {"plain": PLAIN, "snowball-english": SNOWBALL_ENGLISH}
 
 
 def build_options(f: Any) -> Any:
-    opts = [
-        click.option(
-            "--model",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="GGUF embedding model (default: all-MiniLM-L6-v2).",
-        ),
-        click.option(
+    """The options ``build`` and ``update`` share."""
+    return stacked(
+        model_option("GGUF embedding model (default: all-MiniLM-L6-v2).", exists=False),
+        flag(
             "--embed-model",
-            is_flag=True,
             help="Store the GGUF model inside the pack (air-gapped query without a model install).",
         ),
-        click.option(
-            "--query-prefix",
-            metavar="TEXT",
-            help="Text before every query, stored in the pack (default: the model family's; "
+        prefix_options(
+            "Text before every query, stored in the pack (default: the model family's; "
             "README Models).",
-        ),
-        click.option(
-            "--doc-prefix",
-            metavar="TEXT",
-            help="Text before every embedded chunk, stored in the pack (default: the model "
+            "Text before every embedded chunk, stored in the pack (default: the model "
             "family's; '' for none).",
         ),
-        click.option("--no-vectors", is_flag=True, help="BM25 only: no embedding model needed."),
+        flag("--no-vectors", help="BM25 only: no embedding model needed."),
         click.option(
             "--analyzer",
             type=click.Choice(["plain", "snowball-english"]),
@@ -62,26 +59,14 @@ def build_options(f: Any) -> Any:
             help="Also embed sentence pieces of every chunk: finer dense matching for ~4x "
             "vectors and ~2x size. Default: on for build; update keeps what the pack has.",
         ),
-        click.option(
-            "--include",
-            multiple=True,
-            metavar="GLOB",
-            help="Only names matching GLOB (repeatable).",
-        ),
-        click.option(
-            "--exclude",
-            multiple=True,
-            metavar="GLOB",
-            help="Skip names matching GLOB (repeatable).",
-        ),
-        click.option(
+        globs("--include", "Only names matching GLOB (repeatable)."),
+        globs("--exclude", "Skip names matching GLOB (repeatable)."),
+        flag(
             "--follow-symlinks",
-            is_flag=True,
             help="Also read files and folders outside the input that symlinks point to (loop-safe).",
         ),
-        click.option(
+        flag(
             "--keep-repeated",
-            is_flag=True,
             help="Keep blocks repeated across half a folder's documents (dropped as banners).",
         ),
         click.option(
@@ -89,63 +74,53 @@ def build_options(f: Any) -> Any:
             type=click.IntRange(min=64),
             help="Character target per chunk (secondary to the token window).",
         ),
-        click.option(
+        counted(
             "--overlap",
-            type=click.IntRange(min=0),
             default=0,
-            show_default=True,
+            low=0,
             help="Characters of overlap between chunks (insurance against split answers; costs precision).",
         ),
-        click.option(
+        at_least(
             "--timeout",
-            type=click.FloatRange(min=0.1),
-            default=120.0,
-            show_default=True,
-            help="CPU seconds per document before extraction is stopped (10x that in wall time).",
+            120.0,
+            0.1,
+            "CPU seconds per document before extraction is stopped (10x that in wall time).",
         ),
-        click.option(
+        at_least(
             "--max-file-mb",
-            type=click.FloatRange(min=0.001),
-            default=100.0,
-            show_default=True,
-            help="Larger sources (and compressed ones that inflate past it) are recorded as failed.",
+            100.0,
+            0.001,
+            "Larger sources (and compressed ones that inflate past it) are recorded as failed.",
         ),
-        click.option(
-            "--max-pages",
-            type=click.IntRange(min=1),
-            default=2000,
-            show_default=True,
-            help="PDFs with more pages are recorded as failed.",
-        ),
-        threads_option,
+        counted("--max-pages", default=2000, help="PDFs with more pages are recorded as failed."),
+        threads_option(),
         click.option(
             "--embed-cache-max",
             metavar="SIZE",
             help="Room for finished embeddings in the kbpack cache, reused by the next build of "
             "the same texts and model, an interrupted one included (default 2G; 0: no cache).",
         ),
-        click.option(
+        flag(
             "--strict",
-            is_flag=True,
             help="Exit 1 when any document failed or was skipped (files of types kbpack does not "
             "read, and --include/--exclude, aside).",
         ),
-        click.option(
+        flag(
             "--allow-empty",
-            is_flag=True,
             help="Write the pack even when no document could be read (else exit 1).",
         ),
-        force_option,
-        json_option,
-        quiet_option,
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+        force_option(),
+        json_option(),
+        quiet_option(),
+    )(f)
+
+
+def globs(name: str, help: str) -> Any:
+    return click.option(name, multiple=True, metavar="GLOB", help=help)
 
 
 @click.command()
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@sources_argument()
 @output_option("The pack file to write.", required=True)
 @click.option(
     "--shard",
@@ -167,11 +142,9 @@ def build_options(f: Any) -> Any:
     metavar="SIZE",
     help="Write a pack set OUT-001.kbpack, OUT-002.kbpack, ... each under SIZE (e.g. 3.9G for FAT32).",
 )
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Read and chunk the sources, embed a small sample, and print the counts, the "
-    "estimated time and pack size; write nothing.",
+@dry_run_option(
+    "Read and chunk the sources, embed a small sample, and print the counts, the "
+    "estimated time and pack size; write nothing."
 )
 @build_options
 def build(sources: tuple[Path, ...], out: Path, **kw: Any) -> int:
@@ -213,7 +186,7 @@ def _dry_run(opts: Any, progress: Any, as_json: bool, quiet: bool) -> int:
         emit_json(result)
     elif not quiet:
         say(render_dry_run(result))
-    return 0
+    return Exit.OK
 
 
 def _cache_size(text: str | None) -> int | None:
@@ -316,7 +289,7 @@ def run_build_command(
             say(render_report(report))
             if listing := render_set_members(members):
                 say(listing)
-        return 1 if (strict and report.strict_failures()) else 0
+        return Exit.FAILURE if (strict and report.strict_failures()) else Exit.OK
     if reuse is not None:
         from kbpack.ops.update import update_pack
 
@@ -339,4 +312,4 @@ def run_build_command(
         say(render_report(report))
         if signature:
             say(render_signature(report.path, signature))
-    return 1 if (strict and report.strict_failures()) else 0
+    return Exit.FAILURE if (strict and report.strict_failures()) else Exit.OK

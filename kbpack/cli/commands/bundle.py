@@ -6,16 +6,14 @@ from pathlib import Path
 
 import click
 
-from kbpack.cli.commands.common import emit_json, human_size, json_option, quiet_option, say, table
+from kbpack.cli.commands.common import emit_json, human_size, say, summary_wanted, table
+from kbpack.cli.options import flag, json_option, quiet_option
+from kbpack.errors import Exit
 
 
 @click.command()
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--check",
-    is_flag=True,
-    help="Verify the bundle in FOLDER against its SHA256SUMS instead of making one.",
-)
+@flag("--check", help="Verify the bundle in FOLDER against its SHA256SUMS instead of making one.")
 @click.option(
     "--llm",
     multiple=True,
@@ -36,14 +34,13 @@ from kbpack.cli.commands.common import emit_json, human_size, json_option, quiet
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Also take wheels from this folder (a llama-cpp-python wheel built before). Repeatable.",
 )
-@click.option(
+@flag(
     "--no-index",
-    is_flag=True,
     help="Never use the package index: wheels come from the --find-links folders (setuptools "
     "among them, to build kbpack's wheel) and llama-cpp-python from pip's wheel cache.",
 )
-@json_option
-@quiet_option
+@json_option()
+@quiet_option()
 def bundle(
     folder: Path,
     check: bool,
@@ -76,7 +73,7 @@ def bundle(
                 say(f"  note    {note}")
             verdict = "intact" if result.ok else f"{len(result.problems)} problems"
             say(f"{folder}: {result.checked} files checked, {verdict}")
-        return 0 if result.ok else 1
+        return Exit.OK if result.ok else Exit.FAILURE
 
     def progress(line: str) -> None:
         if not (quiet or as_json):
@@ -90,11 +87,8 @@ def bundle(
         llm=llm,
         say=progress,
     )
-    if as_json:
-        emit_json(report.as_dict())
-        return 0
-    if quiet:
-        return 0
+    if not summary_wanted(report.as_dict(), as_json, quiet):
+        return Exit.OK
     t = report.target
     rows = [
         ("bundle", f"{report.path} ({human_size(report.bytes)}, {report.files} files)"),
@@ -105,4 +99,4 @@ def bundle(
     ]
     say(table(rows))
     say(f"On the air-gapped machine: sh {folder}/install.sh ~/kbpack")
-    return 0
+    return Exit.OK

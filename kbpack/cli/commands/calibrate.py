@@ -9,51 +9,46 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    Choice,
-    emit_json,
+from kbpack.cli.commands.common import emit_json, grid, say
+from kbpack.cli.options import (
+    chosen,
+    file_path,
+    flag,
     force_option,
-    grid,
     json_option,
+    k_option,
+    model_option,
     output_option,
-    query_model_option,
-    say,
+    pack_argument,
     threads_option,
 )
+from kbpack.errors import Exit
 from kbpack.ops import evaluate as E
 from kbpack.ops.calibrate import calibrate_pack
 from kbpack.ops.outpath import check_output
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pack_argument()
 @click.option(
     "--questions",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=file_path(exists=True),
     help="Answerable questions (JSON lines: query, needle).",
 )
 @click.option(
     "--ood",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=file_path(exists=True),
     help="Out-of-domain queries the pack cannot answer (JSON lines: query).",
 )
-@click.option(
+@chosen(
     "--mode",
-    type=Choice(["hybrid", "dense"]),
+    choices=["hybrid", "dense"],
     default="hybrid",
-    show_default=True,
     help="The mode whose refusal gate is calibrated.",
 )
-@click.option(
-    "-k",
-    "k",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Results returned per answer (a correct answer has the needle in them).",
-)
+@k_option("Results returned per answer (a correct answer has the needle in them).")
 @click.option(
     "--max-false-refusal",
     type=click.FloatRange(0, 1),
@@ -61,29 +56,24 @@ from kbpack.ops.outpath import check_output
     show_default=True,
     help="Share of answerable questions the threshold may refuse.",
 )
-@click.option("--write", "write", is_flag=True, help="Store the recommended threshold in PACK.")
+@flag("--write", "write", help="Store the recommended threshold in PACK.")
 @output_option(
     "With --write: write a calibrated copy here instead of replacing PACK.",
     dest="output",
     dir_okay=False,
 )
-@force_option
-@query_model_option
-@threads_option
-@json_option
+@force_option()
+@model_option()
+@threads_option()
+@json_option()
 def calibrate(
     pack: Path,
     questions: Path,
     ood: Path,
-    mode: str,
-    k: int,
-    max_false_refusal: float,
-    write: bool,
     output: Path | None,
     force: bool,
-    model: Path | None,
-    threads: int | None,
     as_json: bool,
+    **how: Any,
 ) -> int:
     """Sweep the refusal threshold (cosine distance) on PACK and recommend one.
 
@@ -95,27 +85,17 @@ def calibrate(
     bootstrap interval, and, when looser than the default 0.675, the bluffs it adds. --write
     stores it with its provenance; query then uses it by default.
     """
-    if output is not None and not write:
+    if output is not None and not how["write"]:
         raise click.UsageError("--output only makes sense with --write")
     if output is not None:
         output = check_output(output, inputs=[pack, questions, ood], force=force)
-    report, rows, best = calibrate_pack(
-        pack,
-        questions,
-        ood,
-        mode=mode,
-        k=k,
-        max_false_refusal=max_false_refusal,
-        write=write,
-        output=output,
-        model=model,
-        threads=threads,
-    )
+    # the options are calibrate_pack's arguments, by name: mode, k, max_false_refusal, write...
+    report, rows, best = calibrate_pack(pack, questions, ood, output=output, **how)
     if as_json:
         emit_json(report)
     else:
         say(render_calibration(report, rows, best))
-    return 0
+    return Exit.OK
 
 
 def render_calibration(

@@ -1,12 +1,11 @@
-"""Options and output helpers shared by every command."""
+"""Output helpers shared by every command (their shared options: ``kbpack.cli.options``)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -14,8 +13,6 @@ from kbpack.cli.plain_text import human_size as human_size  # re-exported: the c
 from kbpack.cli.plain_text import table as table
 from kbpack.runtime.terminal import json_printable, printable
 from kbpack.schema import SCHEMA as SCHEMA  # re-exported: the commands take it from here
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Choice(click.Choice):  # type: ignore[type-arg]
@@ -32,86 +29,6 @@ class Choice(click.Choice):  # type: ignore[type-arg]
             self.fail(
                 f"{value!r} is not one of {', '.join(map(str, self.choices))}{hint}", param, ctx
             )
-
-
-def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")(
-        f
-    )
-
-
-def signature_options(f: F) -> F:
-    """The signature policy of a reader (docs/verify.md): --require-signature, --key,
-    --allow-unsigned."""
-    f = click.option(
-        "--allow-unsigned",
-        is_flag=True,
-        help="Read the pack even unsigned or signed by an unknown key, though trusted keys "
-        "are configured.",
-    )(f)
-    f = click.option(
-        "--key",
-        "signature_key",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Trust only this public key (.pub) and require a signature by it.",
-    )(f)
-    return click.option(
-        "--require-signature",
-        is_flag=True,
-        help="Refuse the pack unless a trusted key signed it (trusted: --key, else *.pub in "
-        "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys; none there: refused).",
-    )(f)
-
-
-def quiet_option(f: F) -> F:
-    return click.option("--quiet", "-q", is_flag=True, help="No progress and no summary.")(f)
-
-
-def force_option(f: F) -> F:
-    return click.option(
-        "--force",
-        is_flag=True,
-        help="Replace an existing file that is not a pack, or a symlink's target (never an input).",
-    )(f)
-
-
-def query_model_option(f: F) -> F:
-    return click.option(
-        "--model",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Query-side GGUF model (must be the pack's model).",
-    )(f)
-
-
-def output_option(
-    help: str,
-    *,
-    dest: str = "out",
-    required: bool = False,
-    dir_okay: bool = True,
-    allow_dash: bool = False,
-    default: str | None = None,
-) -> Callable[[F], F]:
-    """``-o/--output PATH``, the one spelling of every command's output file (``dest``: the
-    parameter it fills). Where it is written, and what may be replaced, is ``kbpack.ops.outpath``'s."""
-    extra: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
-    return click.option(
-        "-o",
-        "--output",
-        dest,
-        required=required,
-        type=click.Path(dir_okay=dir_okay, allow_dash=allow_dash, path_type=Path),
-        help=help,
-        **extra,
-    )
-
-
-def threads_option(f: F) -> F:
-    return click.option(
-        "--threads",
-        type=click.IntRange(min=1),
-        help="Embedding threads (default: all cores; 1 on a busy machine).",
-    )(f)
 
 
 def command_name() -> str:
@@ -140,6 +57,20 @@ def emit_json(obj: Mapping[str, Any]) -> None:
 def emit_json_line(obj: Mapping[str, Any]) -> None:
     """One compact JSON document per line (--batch, export --json): the same envelope."""
     click.echo(json_printable(json.dumps(envelope(obj), ensure_ascii=False, default=str)))
+
+
+def pick(options: Mapping[str, Any], *names: str, **renamed: str) -> dict[str, Any]:
+    """The keyword arguments of a library call, taken from a command's options: ``names`` as
+    they are spelt there, ``renamed`` as argument="option"."""
+    return {**{n: options[n] for n in names}, **{a: options[o] for a, o in renamed.items()}}
+
+
+def summary_wanted(document: Mapping[str, Any], as_json: bool, quiet: bool) -> bool:
+    """Print ``document`` as the command's JSON (--json); whether a human summary is still
+    wanted (neither --json nor --quiet)."""
+    if as_json:
+        emit_json(document)
+    return not (as_json or quiet)
 
 
 def grid(head: list[str], rows: list[list[str]], indent: int = 0) -> list[str]:

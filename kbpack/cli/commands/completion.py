@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 
-from kbpack.cli.commands.common import Choice, emit_json, json_option
+from kbpack.cli.commands.common import Choice, emit_json
+from kbpack.cli.options import json_option
+from kbpack.errors import Exit
 
 SHELLS = ("bash", "zsh", "fish")
 
 
 @click.command()
 @click.argument("shell", type=Choice(SHELLS))
-@json_option
+@json_option()
 def completion(shell: str, as_json: bool) -> int:
     """Print the completion script for SHELL (bash, zsh, fish).
 
@@ -31,4 +33,4 @@ def completion(shell: str, as_json: bool) -> int:
         emit_json({"shell": shell, "script": script})
     else:
         click.echo(script)
-    return 0
+    return Exit.OK

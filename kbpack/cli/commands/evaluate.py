@@ -9,15 +9,17 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    Choice,
-    emit_json,
-    grid,
+from kbpack.cli.commands.common import Choice, emit_json, grid, say
+from kbpack.cli.options import (
+    file_path,
+    flag,
     json_option,
-    query_model_option,
-    say,
+    model_option,
+    pack_argument,
+    rerank_options,
     threads_option,
 )
+from kbpack.errors import Exit
 from kbpack.ops import evaluate as E
 from kbpack.ops.evaluate_pack import MODES, evaluate_pack
 
@@ -36,23 +38,9 @@ def _parse_ks(value: str) -> list[int]:
     return ks
 
 
-rerank_option = click.option(
-    "--rerank",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Cross-encoder GGUF: also measure each mode reranked, paired with it unreranked.",
-)
-rerank_top_option = click.option(
-    "--rerank-top",
-    type=click.IntRange(min=1),
-    default=25,
-    show_default=True,
-    help="How many results the reranker scores per question.",
-)
-
-
 @click.command("eval")
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("questions", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pack_argument()
+@click.argument("questions", type=file_path(exists=True))
 @click.option(
     "--mode",
     "modes",
@@ -63,28 +51,18 @@ rerank_top_option = click.option(
 @click.option("-k", "ks", default="1,4,8,20", show_default=True, help="Cut-offs for recall@k.")
 @click.option(
     "--against",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=file_path(exists=True),
     help="Compare with another pack on the same questions (paired sign test).",
 )
-@click.option("--ranks", "show_ranks", is_flag=True, help="Also show each question's rank.")
-@rerank_option
-@rerank_top_option
-@query_model_option
-@threads_option
-@json_option
-def eval_cmd(
-    pack: Path,
-    questions: Path,
-    modes: tuple[str, ...],
-    ks: str,
-    against: Path | None,
-    show_ranks: bool,
-    rerank: Path | None,
-    rerank_top: int,
-    model: Path | None,
-    threads: int | None,
-    as_json: bool,
-) -> int:
+@flag("--ranks", "show_ranks", help="Also show each question's rank.")
+@rerank_options(
+    "Cross-encoder GGUF: also measure each mode reranked, paired with it unreranked.",
+    "How many results the reranker scores per question.",
+)
+@model_option()
+@threads_option()
+@json_option()
+def eval_cmd(pack: Path, questions: Path, ks: str, as_json: bool, **how: Any) -> int:
     """Measure retrieval on PACK with QUESTIONS (JSON lines: query, needle, optional id, phrasing).
 
     A question is found at rank r when the r-th result's content holds the whole needle (after
@@ -92,27 +70,17 @@ def eval_cmd(
     answers (needles no chunk holds whole), and paired sign tests: first mode vs each other
     mode, or PACK vs --against for each mode, or each mode vs itself reranked (--rerank).
     """
-    if rerank is not None and against is not None:
+    if how["rerank"] is not None and how["against"] is not None:
         raise click.UsageError(
             "--rerank pairs each mode with itself reranked, --against pairs two packs: give one"
         )
-    report, qs = evaluate_pack(
-        pack,
-        questions,
-        modes=modes,
-        ks=_parse_ks(ks),
-        against=against,
-        show_ranks=show_ranks,
-        rerank=rerank,
-        rerank_top=rerank_top,
-        model=model,
-        threads=threads,
-    )
+    # the options are evaluate_pack's arguments, by name: modes, against, show_ranks, rerank...
+    report, qs = evaluate_pack(pack, questions, ks=_parse_ks(ks), **how)
     if as_json:
         emit_json(report)
     else:
         say(render_eval(report, qs))
-    return 0
+    return Exit.OK
 
 
 def _fmt_p(p: float) -> str:

@@ -1,36 +1,23 @@
-"""``kbpack inspect`` and ``kbpack export``."""
+"""``kbpack inspect``: what a pack holds, or a row per pack of a set."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    Choice,
-    emit_json,
-    force_option,
-    grid,
-    human_size,
-    json_option,
-    output_option,
-    say,
-    table,
-)
-from kbpack.ops.inspect import describe as describe
-from kbpack.ops.inspect import element_bytes as element_bytes
-from kbpack.pack import format as F
-from kbpack.runtime.terminal import json_printable, printable
+from kbpack.cli.commands.common import emit_json, grid, human_size, say, table
+from kbpack.cli.options import flag, json_option, packs_argument
+from kbpack.errors import Exit, KbpackError
+from kbpack.ops.inspect import describe
+from kbpack.runtime.terminal import printable
 
 
 @click.command()
-@click.argument(
-    "packs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-@click.option("--sizes", is_flag=True, help="Bytes per element.")
-@json_option
+@packs_argument()
+@flag("--sizes", help="Bytes per element.")
+@json_option()
 def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
     """Show what PACKS hold: format, counts, model stamp, sizes, failed documents.
 
@@ -42,7 +29,7 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
     info = describe(pack)
     if as_json:
         emit_json(info)
-        return 0
+        return Exit.OK
     c = info["counts"]
     m = info["model"]
     rows = [
@@ -113,14 +100,12 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
         say(
             f"  stale    {st['stale']}: {st['detail']} ({n} document{'s' if n != 1 else ''}); fix: {st['fix']}"
         )
-    return 0
+    return Exit.OK
 
 
 def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
     """One row per pack and the total; a pack that cannot be read is a row of its own (its
     one-line error) and the exit status is the worst of them."""
-    from kbpack.errors import Exit, KbpackError
-
     infos: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     worst = int(Exit.OK)
@@ -166,84 +151,3 @@ def _inspect_many(packs: tuple[Path, ...], as_json: bool) -> int:
     if len(models) > 1:
         say("note: the packs have different models: they cannot be searched as one")
     return worst
-
-
-@click.command()
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--what",
-    type=Choice(["chunks", "sections", "documents"]),
-    default="chunks",
-    show_default=True,
-    help="What to dump, one JSON object per line.",
-)
-@output_option(
-    "Write the lines to this file (- for stdout), complete or not at all.",
-    dest="output",
-    dir_okay=False,
-    allow_dash=True,
-    default="-",
-)
-@force_option
-@json_option
-def export(pack: Path, what: str, output: Path, force: bool, as_json: bool) -> int:
-    """Dump chunks, sections or documents of PACK as JSON lines.
-
-    With --json: one JSON document (schema, command, pack, what, records) instead of lines.
-    """
-    from kbpack.ops.outpath import STDOUT, check_output, write_atomically
-    from kbpack.pack.read import PackReader
-
-    if output != STDOUT:
-        output = check_output(output, inputs=[pack], force=force, pack=False)
-    with PackReader(pack) as r:
-        if as_json:
-            emit_json({"pack": str(pack), "what": what, "records": list(iter_records(r, what))})
-            return 0
-        with write_atomically(output) as f:
-            for rec in iter_records(r, what):
-                f.write(json_printable(json.dumps(rec, ensure_ascii=False)) + "\n")
-    return 0
-
-
-def iter_records(r: Any, what: str) -> Any:
-    names = r.strings(F.DOC_NAME)
-    if what == "documents":
-        cols = {k: r.strings(f"{F.DOCUMENTS}/{k}") for k in F.DOC_STRING_COLUMNS if k != "warnings"}
-        nums = {k: r.column(f"{F.DOCUMENTS}/{k}") for k in F.DOC_INT_COLUMNS}
-        for i in range(len(names)):
-            rec = {k: v[i] for k, v in cols.items()}
-            rec.update({k: int(v[i]) for k, v in nums.items()})
-            rec["warnings"] = r.warnings(i)
-            rec["chars"] = len(r.text(i))
-            yield rec
-    elif what == "sections":
-        doc, parent, level = r.column(F.SEC_DOCUMENT), r.column(F.SEC_PARENT), r.column(F.SEC_LEVEL)
-        start, end, titles = r.column(F.SEC_FROM), r.column(F.SEC_TO), r.strings(F.SEC_TITLE)
-        for i in range(len(doc)):
-            yield {
-                "id": i,
-                "doc": names[int(doc[i])],
-                "parent": int(parent[i]),
-                "level": int(level[i]),
-                "title": titles[i],
-                "path": " > ".join(r.section_path(i)),
-                "from": int(start[i]),
-                "to": int(end[i]),
-            }
-    else:
-        doc, sec = r.column(F.CHUNK_DOCUMENT), r.column(F.CHUNK_SECTION)
-        start, end = r.column(F.CHUNK_FROM), r.column(F.CHUNK_TO)
-        page, tokens = r.column(F.CHUNK_PAGE), r.column(F.CHUNK_TOKENS)
-        for i in range(len(doc)):
-            d = int(doc[i])
-            yield {
-                "id": i,
-                "doc": names[d],
-                "section": " > ".join(r.section_path(int(sec[i]))),
-                "from": int(start[i]),
-                "to": int(end[i]),
-                "page": int(page[i]) or None,
-                "tokens": int(tokens[i]),
-                "content": r.text(d)[int(start[i]) : int(end[i])],
-            }

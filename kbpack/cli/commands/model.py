@@ -8,7 +8,16 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import emit_json, emit_json_line, output_option, say
+from kbpack.cli.commands.common import emit_json, emit_json_line, say
+from kbpack.cli.options import (
+    chosen,
+    flag,
+    force_option,
+    json_option,
+    model_option,
+    output_option,
+    threads_option,
+)
 from kbpack.errors import UsageError
 
 # What `model info` and `model import` accept: kbpack.model.identity's EMBEDDING_POOLINGS +
@@ -28,7 +37,7 @@ def model() -> None:
 
 @model.command("info")
 @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the identity as JSON.")
+@json_option("Print the identity as JSON.")
 def info(file: Path | None, as_json: bool) -> None:
     """Identity of FILE.gguf (default: the default model): name, SHA-256, architecture, dims,
     pooling, window, role (embedding or reranker) and, for an embedding model, the
@@ -58,8 +67,8 @@ def info(file: Path | None, as_json: bool) -> None:
 @output_option("GGUF file to write.", dest="output", required=True, dir_okay=False)
 @click.option("--name", help="Model name stored in the GGUF (default: the folder's name).")
 @click.option("--window", type=int, help="Token window (default: max_seq_length, else positions).")
-@click.option("--force", is_flag=True, help="Replace OUTPUT if it already exists.")
-@click.option("--json", "as_json", is_flag=True, help="Print the new model's identity as JSON.")
+@force_option("Replace OUTPUT if it already exists.")
+@json_option("Print the new model's identity as JSON.")
 def import_(
     folder: Path, output: Path, name: str | None, window: int | None, force: bool, as_json: bool
 ) -> None:
@@ -77,23 +86,17 @@ def import_(
 
 @model.command("embed")
 @click.argument("texts", nargs=-1)
-@click.option(
-    "--model",
-    "model_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="GGUF embedding model (default: all-MiniLM-L6-v2).",
-)
-@click.option("--stdin", "from_stdin", is_flag=True, help="Also read texts, one per line.")
-@click.option(
+@model_option("GGUF embedding model (default: all-MiniLM-L6-v2).", exists=False, dest="model_file")
+@flag("--stdin", "from_stdin", help="Also read texts, one per line.")
+@chosen(
     "--as",
     "role",
-    type=click.Choice(["text", "query", "document"]),
+    choices=["text", "query", "document"],
     default="text",
-    show_default=True,
     help="query/document: behind the model family's default prefix, as a build would embed it.",
 )
-@click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all).")
-@click.option("--json", "as_json", is_flag=True, help="Print full vectors as JSON.")
+@threads_option("CPU threads (default: all).")
+@json_option("Print full vectors as JSON.")
 def embed(
     texts: tuple[str, ...],
     model_file: Path | None,

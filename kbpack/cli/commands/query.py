@@ -10,14 +10,19 @@ import click
 from click.core import ParameterSource
 
 from kbpack.choices import KIND_BY_SUFFIX, MODES
-from kbpack.cli.commands.common import (
-    Choice,
-    emit_json,
-    emit_json_line,
+from kbpack.cli.commands.common import Choice, emit_json, emit_json_line, pick, say
+from kbpack.cli.options import (
+    chosen,
+    counted,
+    flag,
     json_option,
+    k_option,
+    model_option,
+    pack_argument,
     quiet_option,
-    say,
+    rerank_options,
     signature_options,
+    text_argument,
     threads_option,
 )
 from kbpack.errors import Exit, KbpackError, UsageError
@@ -55,16 +60,13 @@ class QueryCommand(click.Command):
 
 
 @click.command(cls=QueryCommand)
-@click.argument("pack", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("text", nargs=-1)
-@click.option(
-    "-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Results to return."
-)
-@click.option(
+@pack_argument()
+@text_argument()
+@k_option("Results to return.")
+@chosen(
     "--mode",
-    type=Choice(MODES),
+    choices=MODES,
     default="hybrid",
-    show_default=True,
     help="hybrid: dense + BM25 fused; dense: vectors only (needs the pack's model); bm25: words only.",
 )
 @click.option(
@@ -73,58 +75,43 @@ class QueryCommand(click.Command):
     callback=lambda _ctx, _param, v: check_distance(v),
     help="Refusal threshold (cosine distance, 0-2); default: the pack's.",
 )
-@click.option(
-    "--model",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Query-side GGUF model (must be the pack's model).",
-)
+@model_option()
 @click.option("--doc", "doc_glob", metavar="GLOB", help="Only documents whose name matches GLOB.")
 @click.option("--type", "kind", type=Choice(KINDS), help="Only documents of this type.")
 @click.option("--section", metavar="TEXT", help="Only sections whose path contains TEXT.")
-@click.option(
+@chosen(
     "--context",
-    type=Choice(["chunk", "section"]),
+    choices=["chunk", "section"],
     default="chunk",
-    show_default=True,
     help="Quote the chunk or its whole section.",
 )
-@click.option(
+@chosen(
     "--format",
     "fmt",
-    type=Choice(["text", "prompt"]),
+    choices=["text", "prompt"],
     default="text",
-    show_default=True,
     help="prompt: a prompt for a local LLM, sources packed under --budget-tokens.",
 )
-@click.option(
+@counted(
     "--budget-tokens",
-    type=click.IntRange(min=16),
     default=3000,
-    show_default=True,
+    low=16,
     help="Token budget for the sources (with --format prompt only).",
 )
-@click.option(
-    "--rerank",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Cross-encoder GGUF (rank pooling) that reorders the top results (README Models).",
-)
-@click.option(
-    "--rerank-top",
-    type=click.IntRange(min=1),
-    default=25,
-    show_default=True,
-    help="How many results that pass the refusal gate the reranker scores.",
+@rerank_options(
+    "Cross-encoder GGUF (rank pooling) that reorders the top results (README Models).",
+    "How many results that pass the refusal gate the reranker scores.",
 )
 @click.option(
     "--batch",
     type=click.File("rb"),
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
 )
-@click.option("--full", is_flag=True, help="Print whole quotes (default: cut at 600 characters).")
-@threads_option
-@json_option
-@quiet_option
-@signature_options
+@flag("--full", help="Print whole quotes (default: cut at 600 characters).")
+@threads_option()
+@json_option()
+@quiet_option()
+@signature_options()
 def query(pack: Path, text: tuple[str, ...], **kw: Any) -> int:
     """Search PACK for TEXT. Exit 0 with results, 3 when nothing passes the threshold.
 
@@ -224,17 +211,8 @@ def _label(p: Any) -> str:
 
 
 def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
-    return p.search(
-        q,
-        k=kw["k"],
-        mode=kw["mode"],
-        max_distance=kw["max_distance"],
-        doc=kw["doc_glob"],
-        kind=kw["kind"],
-        section=kw["section"],
-        context=kw["context"],
-        rerank_top=kw["rerank_top"],
-    )
+    how = pick(kw, "k", "mode", "max_distance", "kind", "section", "context", "rerank_top")
+    return p.search(q, **how, doc=kw["doc_glob"])
 
 
 def _batch(p: Any, stream: Any, kw: dict[str, Any]) -> int:

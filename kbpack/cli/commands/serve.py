@@ -1,4 +1,5 @@
-"""``kbpack serve`` (a local web page and JSON API) and ``kbpack mcp`` (an MCP stdio server)."""
+"""``kbpack serve``: a local web page and JSON API over packs; and what ``kbpack mcp`` shares
+with it (the serving options, the library of packs, the asker)."""
 
 from __future__ import annotations
 
@@ -9,99 +10,91 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json_line,
+from kbpack.cli.commands.common import emit_json_line, stderr_is_tty
+from kbpack.cli.commands.common import say as echo
+from kbpack.cli.options import (
+    flag,
     json_option,
+    llm_options,
+    model_option,
+    packs_argument,
     quiet_option,
     signature_options,
-    stderr_is_tty,
+    stacked,
 )
-from kbpack.cli.commands.common import say as echo
-from kbpack.errors import UsageError
+from kbpack.errors import Exit, UsageError
 
 SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
 
 
-def _needs(module: str) -> None:
+def serving_options(f: Any) -> Any:
+    """What ``serve`` and ``mcp`` share: the packs, how they are checked, the models."""
+    return stacked(
+        flag(
+            "--no-verify",
+            help="Serve packs without checking them first (the page says they were not verified).",
+        ),
+        flag(
+            "--full-verify",
+            help="Check each pack with the full kbpack verify before serving it (default: its "
+            "first three steps: bytes, signature, structure); only then is it labelled verified.",
+        ),
+        model_option("Query-side GGUF model (must be the packs' model)."),
+        llm_options(
+            "Chat model GGUF for ask (loaded once; without it, ask quotes the pack).",
+            max_tokens_help="Most tokens the chat model may write per answer.",
+            most=1024,
+            context=1024,
+            context_help="Tokens for the sources and question the chat model reads (as for ask).",
+        ),
+    )(f)
+
+
+def needs(module: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(module) is None:
         raise UsageError(f"kbpack serve needs the Python package {module!r}: {SERVE_EXTRA_HINT}")
 
 
-def _packs_argument(f: Any) -> Any:
-    return click.argument(
-        "packs",
-        nargs=-1,
-        required=True,
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    )(f)
-
-
-def _common(f: Any) -> Any:
-    f = click.option(
-        "--no-verify",
-        is_flag=True,
-        help="Serve packs without checking them first (the page says they were not verified).",
-    )(f)
-    f = click.option(
-        "--full-verify",
-        is_flag=True,
-        help="Check each pack with the full kbpack verify before serving it (default: its "
-        "first three steps: bytes, signature, structure); only then is it labelled verified.",
-    )(f)
-    return click.option(
-        "--model",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Query-side GGUF model (must be the packs' model).",
-    )(f)
-
-
-def _llm_options(f: Any) -> Any:
-    f = click.option(
-        "--context",
-        type=click.IntRange(min=128),
-        default=1024,
-        show_default=True,
-        help="Tokens for the sources and question the chat model reads (as for ask).",
-    )(f)
-    f = click.option(
-        "--max-tokens",
-        type=click.IntRange(min=1, max=1024),
-        default=128,
-        show_default=True,
-        help="Most tokens the chat model may write per answer.",
-    )(f)
-    return click.option(
-        "--llm",
-        type=click.Path(path_type=Path),
-        help="Chat model GGUF for ask (loaded once; without it, ask quotes the pack).",
-    )(f)
-
-
-def _asker(library: Any, llm: Path | None, max_tokens: int, context: int, say: Any = None) -> Any:
-    from kbpack.serve.asking import Asker
-
-    if llm is not None and say is not None:
-        say(f"loading the chat model {llm}")
-    return Asker(library, llm, max_tokens=max_tokens, context=context)
-
-
-def _check_llm(llm: Path | None) -> None:
+def check_llm(llm: Path | None) -> None:
     if llm is not None:
         from kbpack.answer.generate import check_chat_gguf
 
         check_chat_gguf(llm)  # a wrong file is a usage error before any pack is opened
 
 
-def _one_check(no_verify: bool, full_verify: bool) -> None:
-    if no_verify and full_verify:
+def open_library(packs: tuple[Path, ...], kw: dict[str, Any], on_progress: Any = None) -> Any:
+    """The served packs (a ``Library``), checked as ``kw`` (the serving and signature
+    options) says."""
+    from kbpack.pack.sign import SignaturePolicy
+    from kbpack.serve.library import Library
+
+    if kw["no_verify"] and kw["full_verify"]:
         raise UsageError("--no-verify and --full-verify contradict each other: give one")
+    policy = SignaturePolicy(kw["signature_key"], kw["require_signature"], kw["allow_unsigned"])
+    return Library(
+        list(packs),
+        model=kw["model"],
+        verify=not kw["no_verify"],
+        full_verify=kw["full_verify"],
+        on_progress=on_progress,
+        policy=policy,
+    )
+
+
+def asker(library: Any, kw: dict[str, Any], say: Any = None) -> Any:
+    """What answers ``ask``: the chat model of ``--llm`` (loaded here), or the pack's quotes."""
+    from kbpack.serve.asking import Asker
+
+    if kw["llm"] is not None and say is not None:
+        say(f"loading the chat model {kw['llm']}")
+    return Asker(library, kw["llm"], max_tokens=kw["max_tokens"], context=kw["context"])
 
 
 @click.command()
-@_packs_argument
-@signature_options
+@packs_argument()
+@signature_options()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--port",
@@ -114,45 +107,34 @@ def _one_check(no_verify: bool, full_verify: bool) -> None:
     "--token",
     help="Access token, required for a non-loopback --host (one is generated when omitted).",
 )
-@click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
-@_common
-@_llm_options
-@quiet_option
-@json_option
+@flag("--open", "open_browser", help="Open the page in a browser.")
+@serving_options
+@quiet_option()
+@json_option()
 def serve(
     packs: tuple[Path, ...],
     host: str,
     port: int,
     token: str | None,
     open_browser: bool,
-    no_verify: bool,
-    full_verify: bool,
-    model: Path | None,
-    llm: Path | None,
-    max_tokens: int,
-    context: int,
-    require_signature: bool,
-    signature_key: Path | None,
-    allow_unsigned: bool,
     quiet: bool,
     as_json: bool,
+    **kw: Any,
 ) -> int:
     """Serve PACKs on a local web page and a JSON API under /api/ until Ctrl-C.
 
     Binds to loopback by default; any other --host requires a token on every request.
     """
     for m in ("starlette", "uvicorn", "jinja2"):
-        _needs(m)
+        needs(m)
     import socket
 
     import uvicorn
 
-    from kbpack.pack.sign import SignaturePolicy
     from kbpack.serve.guard import is_loopback
-    from kbpack.serve.library import Library
     from kbpack.serve.web import create_app
 
-    _check_llm(llm)
+    check_llm(kw["llm"])
     loopback = is_loopback(host)
     if not loopback and not token:
         token = secrets.token_urlsafe(24)
@@ -163,17 +145,9 @@ def serve(
             echo(msg, err=True)
 
     progress = say if stderr_is_tty() else None
-    _one_check(no_verify, full_verify)
-    library = Library(
-        list(packs),
-        model=model,
-        verify=not no_verify,
-        full_verify=full_verify,
-        on_progress=progress,
-        policy=SignaturePolicy(signature_key, require_signature, allow_unsigned),
-    )
+    library = open_library(packs, kw, progress)
     try:
-        asker = _asker(library, llm, max_tokens, context, progress)
+        answers = asker(library, kw, progress)
         # bind first (port 0 picks a free port) so the printed URL is the real one
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -197,7 +171,7 @@ def serve(
                     "host": host,
                     "port": bound,
                     "token": token,
-                    "llm": asker.identity(),  # the chat model ask uses, or null
+                    "llm": answers.identity(),  # the chat model ask uses, or null
                     "packs": [
                         {"name": p.name, "path": str(p.path), "verify": p.verify}
                         for p in library.packs.values()
@@ -211,8 +185,8 @@ def serve(
                 say(f"  {p.name}: {p.path}: {state}")
                 for note in p.searcher.notes:
                     say(f"    note: {note}")
-            if asker.model is not None:
-                say(f"  chat model: {asker.model.name} (sha256 {asker.model.sha256[:12]}...)")
+            if answers.model is not None:
+                say(f"  chat model: {answers.model.name} (sha256 {answers.model.sha256[:12]}...)")
             echo(f"kbpack serve: {url}")
             say("Ctrl-C stops the server")
             sys.stdout.flush()
@@ -220,52 +194,11 @@ def serve(
             import webbrowser
 
             webbrowser.open(url)
-        app = create_app(library, token=token, loopback=loopback, asker=asker)
+        app = create_app(library, token=token, loopback=loopback, asker=answers)
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, timeout_graceful_shutdown=5
         )
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         library.close()
-    return 0
-
-
-@click.command()
-@_packs_argument
-@_common
-@_llm_options
-@signature_options
-def mcp(
-    packs: tuple[Path, ...],
-    no_verify: bool,
-    full_verify: bool,
-    model: Path | None,
-    llm: Path | None,
-    max_tokens: int,
-    context: int,
-    require_signature: bool,
-    signature_key: Path | None,
-    allow_unsigned: bool,
-) -> int:
-    """Serve PACKs to a local agent over the Model Context Protocol (stdio).
-
-    Tools: search(query, k, mode), read(doc, from, to) and ask(question, k) (the checked
-    answer; with --llm written by the chat model). Stdout is the protocol, so there is no
-    --json: every message on it is JSON-RPC already.
-    """
-    _needs("mcp")
-    _check_llm(llm)
-    from kbpack.pack.sign import SignaturePolicy
-    from kbpack.serve.library import Library
-    from kbpack.serve.mcp_tools import run_stdio
-
-    _one_check(no_verify, full_verify)
-    with Library(
-        list(packs),
-        model=model,
-        verify=not no_verify,
-        full_verify=full_verify,
-        policy=SignaturePolicy(signature_key, require_signature, allow_unsigned),
-    ) as library:
-        run_stdio(library, _asker(library, llm, max_tokens, context))
-    return 0
+    return Exit.OK

@@ -8,18 +8,14 @@ from typing import Any
 import click
 
 from kbpack.cli.commands.build import build_options, run_build_command
-from kbpack.cli.commands.common import output_option
+from kbpack.cli.options import key_option, output_option, pack_argument, sources_argument
 
 
 @click.command()
-@click.argument("pack", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@pack_argument(exists=False)
+@sources_argument()
 @output_option("Write the new pack here (default: replace PACK atomically).", dir_okay=False)
-@click.option(
-    "--key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Sign the new pack with this secret key (.key); an update drops the old signature.",
-)
+@key_option("Sign the new pack with this secret key (.key); an update drops the old signature.")
 @build_options
 def update(
     pack: Path, sources: tuple[Path, ...], out: Path | None, key: Path | None, **kw: Any

@@ -1,4 +1,4 @@
-"""``kbpack verify``, ``kbpack keygen`` and ``kbpack sign``."""
+"""``kbpack verify``: a pack's bytes, signature, structure, digests and invariants."""
 
 from __future__ import annotations
 
@@ -7,53 +7,27 @@ from typing import Any
 
 import click
 
-from kbpack.cli.commands.common import (
-    emit_json,
-    grid,
-    json_option,
-    output_option,
-    say,
-    table,
-)
+from kbpack.cli.commands.common import emit_json, grid, pick, say, table
+from kbpack.cli.options import flag, json_option, packs_argument, signature_options
+from kbpack.errors import Exit
 
 _MARK = {"ok": "ok", "failed": "FAILED", "skipped": "-"}
 
 
 @click.command()
-@click.argument("packs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trust only this public key (.pub) and require a signature by it.",
-)
-@click.option(
-    "--require-signature",
-    is_flag=True,
-    help="Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
+@packs_argument(exists=False, dir_okay=True)
+@signature_options(
+    "Fail unless a trusted key signed the pack. Trusted: --key, else *.pub in "
     "$KBPACK_TRUSTED_KEYS or ~/.config/kbpack/trusted-keys.",
+    "Pass an unsigned pack (or one signed by an unknown key) though trusted keys are configured.",
 )
-@click.option(
-    "--allow-unsigned",
-    is_flag=True,
-    help="Pass an unsigned pack (or one signed by an unknown key) though trusted keys are "
-    "configured.",
-)
-@click.option("--quick", is_flag=True, help="Stop after bytes, signature and structure.")
-@click.option(
+@flag("--quick", help="Stop after bytes, signature and structure.")
+@flag(
     "--deep",
-    is_flag=True,
     help="Re-tokenise every chunk for the BM25 check (default: a random sample of 1,000).",
 )
-@json_option
-def verify(
-    packs: tuple[Path, ...],
-    key: Path | None,
-    require_signature: bool,
-    allow_unsigned: bool,
-    quick: bool,
-    deep: bool,
-    as_json: bool,
-) -> int:
+@json_option()
+def verify(packs: tuple[Path, ...], as_json: bool, **how: Any) -> int:
     """Check PACKS before trusting them: bytes, signature, structure, digests, invariants.
 
     Several packs, or a whole set (kbpack verify docs-*.kbpack), give one summary table. A set
@@ -62,48 +36,31 @@ def verify(
     Exit 0 when every pack is intact, 1 with findings, 2 on a usage error (the worst of the
     packs).
     """
-    policy = (key, require_signature, allow_unsigned)
     if len(packs) == 1:
-        return _verify_one(packs[0], policy, quick, deep, as_json)
-    return _verify_many(packs, policy, quick, deep, as_json)
+        return _verify_one(packs[0], how, as_json)
+    return _verify_many(packs, how, as_json)
 
 
-def _check(
-    pack: Path,
-    policy: tuple[Path | None, bool, bool],
-    quick: bool,
-    deep: bool,
-    apart: tuple[Path, ...],
-) -> Any:
-    """verify_pack under the signature policy (key, require a signature, allow unsigned)."""
+def _check(pack: Path, how: dict[str, Any], apart: tuple[Path, ...]) -> Any:
+    """verify_pack as the options say (``how``: the signature policy, --quick, --deep)."""
     from kbpack.pack.verified import identity, remember_verified
     from kbpack.verify.pipeline import verify_pack
 
-    key, require, allow_unsigned = policy
     before = identity(pack)  # the pack as it is now: a pass is remembered for this one only
-    report = verify_pack(
-        pack,
-        key=key,
-        require_signature=require,
-        allow_unsigned=allow_unsigned,
-        quick=quick,
-        deep=deep,
-        checked_apart=apart,
-    )
-    if report.intact and not quick:
+    policy = pick(how, "require_signature", "allow_unsigned", key="signature_key")
+    report = verify_pack(pack, **policy, quick=how["quick"], deep=how["deep"], checked_apart=apart)
+    if report.intact and not how["quick"]:
         remember_verified(pack, before)  # so that query stops suggesting verify
     return report
 
 
-def _verify_one(
-    pack: Path, policy: tuple[Path | None, bool, bool], quick: bool, deep: bool, as_json: bool
-) -> int:
+def _verify_one(pack: Path, how: dict[str, Any], as_json: bool) -> int:
     from kbpack.verify.pipeline import STEPS
 
-    report = _check(pack, policy, quick, deep, ())
+    report = _check(pack, how, ())
     if as_json:
         emit_json(report.as_dict())
-        return 0 if report.intact else 1
+        return Exit.OK if report.intact else Exit.FAILURE
     rows = []
     for step in STEPS:
         status = report.status.get(step, "skipped")
@@ -114,30 +71,28 @@ def _verify_one(
         say(f"  note: {note}")
     findings = report.findings
     if not findings:
-        say("intact" + (" (quick: digests and invariants not checked)" if quick else ""))
-        return 0
+        say("intact" + (" (quick: digests and invariants not checked)" if how["quick"] else ""))
+        return Exit.OK
     say(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}:")
     for f in findings:
         say(f"  {f}")
-    return 1
+    return Exit.FAILURE
 
 
 def _verify_many(
     packs: tuple[Path, ...],
-    policy: tuple[Path | None, bool, bool],
-    quick: bool,
-    deep: bool,
+    how: dict[str, Any],
     as_json: bool,
 ) -> int:
     """Every pack in turn (each set member's siblings given here are verified in full once, not
     also hashed as siblings); one row each, then the findings; exit status the worst."""
-    from kbpack.errors import Exit, UsageError
+    from kbpack.errors import UsageError
 
     results: list[dict[str, Any]] = []
     worst = int(Exit.OK)
     for pack in packs:
         try:
-            report = _check(pack, policy, quick, deep, packs)
+            report = _check(pack, how, packs)
         except UsageError as e:  # this one cannot be checked; the others still are
             results.append({"path": str(pack), "intact": False, "error": str(e)})
             worst = max(worst, int(e.exit_code))
@@ -168,93 +123,6 @@ def _verify_many(
         for note in r.get("notes", []):
             if not note.startswith("member "):
                 say(f"{r['path']}: note: {note}")
-    quick_note = " (quick: digests and invariants not checked)" if quick else ""
+    quick_note = " (quick: digests and invariants not checked)" if how["quick"] else ""
     say(f"{intact} of {len(results)} packs intact{quick_note}")
     return worst
-
-
-@click.command()
-@output_option("Writes STEM.key (secret, mode 0600) and STEM.pub.", dest="stem", required=True)
-@json_option
-def keygen(stem: Path, as_json: bool) -> int:
-    """Make an Ed25519 key pair for signing packs."""
-    from kbpack.ops.outpath import check_output
-    from kbpack.pack.sign import keygen as make_keys
-
-    for suffix in (".key", ".pub"):  # a key is never replaced: a lost secret key cannot be undone
-        check_output(stem.with_name(stem.name + suffix), pack=False)
-
-    secret, public, kid = make_keys(stem)
-    if as_json:
-        emit_json({"secret_key": str(secret), "public_key": str(public), "key_id": kid})
-        return 0
-    say(
-        table(
-            [("secret key", f"{secret} (keep it private)"), ("public key", public), ("key id", kid)]
-        )
-    )
-    say(f"Give {public.name} to whoever verifies: kbpack verify PACK --key {public.name}")
-    return 0
-
-
-@click.command()
-@click.argument("packs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--key",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Secret key (.key) from kbpack keygen.",
-)
-@json_option
-def sign(packs: tuple[Path, ...], key: Path, as_json: bool) -> int:
-    """Sign each of PACKS' manifests in place; the HDF5 bytes are not touched.
-
-    Every pack is checked to be a file before any is signed. A set's members are signed one by
-    one (kbpack sign docs-*.kbpack); signing only some of them is said.
-    """
-    from kbpack.errors import UsageError
-    from kbpack.pack.manifest import refuse_non_regular
-    from kbpack.pack.set_publish import set_info
-    from kbpack.pack.sign import sign_pack
-
-    for pack in packs:
-        if not pack.exists():
-            raise UsageError(f"{pack}: no such file")
-        refuse_non_regular(pack, pack.stat().st_mode)
-    signed = [{"path": str(pack), "key_id": sign_pack(pack, key)} for pack in packs]
-    notes = _unsigned_members(packs, set_info)
-    if as_json:
-        emit_json(signed[0] if len(packs) == 1 else {"packs": signed, "notes": notes})
-        return 0
-    for s in signed:
-        say(f"{s['path']}: signed by key {s['key_id']}")
-    for note in notes:
-        say(f"note: {note}")
-    return 0
-
-
-def _unsigned_members(packs: tuple[Path, ...], set_info: Any) -> list[str]:
-    """Members of the sets signed here that were not given: a reader requiring signatures
-    would refuse them."""
-    from kbpack.pack.set_publish import member_path
-
-    given = {p.resolve() for p in packs}
-    notes: list[str] = []
-    seen: set[str] = set()
-    for pack in packs:
-        info = set_info(pack)
-        if info is None or info["id"] in seen:
-            continue
-        seen.add(info["id"])
-        stem = pack.with_name(pack.stem.rsplit("-", 1)[0] + pack.suffix)
-        missing = [
-            member_path(stem, i).name
-            for i in range(1, info["count"] + 1)
-            if member_path(stem, i).resolve() not in given
-        ]
-        if missing:
-            notes.append(
-                f"{', '.join(missing)} of the same set not signed: "
-                f"kbpack sign {stem.stem}-*{stem.suffix} --key KEY signs the whole set"
-            )
-    return notes

@@ -24,18 +24,17 @@ import contextlib
 import importlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from kbpack.runtime.child import Interpreter, jobs, signal_name
 from kbpack.testing.fuzz.pack_target import CommandRun, PackCommands, run_all
 
 # What the commands import lazily, imported once in the server so that no child pays for it.
 PRELOAD = (
     "kbpack.cli.main",
     "kbpack.cli.commands.inspect",
+    "kbpack.cli.commands.export",
     "kbpack.cli.commands.query",
     "kbpack.cli.commands.verify",
     "kbpack.api",
@@ -63,10 +62,15 @@ PRELOAD = (
 REAP_TIMEOUT_S = 30.0  # after its child was killed, the server must answer within this
 
 
-def serve(fd: int) -> None:
-    """The server's loop: receive (commands, pack path, the seed's data digests), fork a child
-    that runs them, report how the child ended; None stops it."""
-    conn = Connection(fd)
+def serve(conn: Connection) -> None:
+    """The server's loop (in a ``kbpack.runtime.child.Interpreter``): receive (commands, pack
+    path, the seed's data digests), fork a child that runs them, report how the child ended;
+    None stops it.
+
+    The children are forked here by hand, not with ``kbpack.runtime.child.Forked``: a child
+    talks to the fuzzer directly over the server's connection (start and done messages), runs
+    in its own process group (a hang is killed with the sandboxes it forked), and its end is
+    reported by the server, which reaps it; none of that is a function's one JSON result."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
@@ -80,13 +84,7 @@ def serve(fd: int) -> None:
         # child that loads a model otherwise. It starts no thread (measured: the server keeps
         # only numpy's OpenBLAS thread, which handles fork itself).
         llama_cpp.llama_backend_init()
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
+    for job in jobs(conn):
         gate_r, gate_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns
@@ -112,33 +110,14 @@ def serve(fd: int) -> None:
         conn.send(("reaped", wait_status))
 
 
-class Worker:
+class Worker(Interpreter):
     """A fork server and the child running the current mutant; replaced only if the server
     itself stops answering."""
 
     def __init__(self, cache_dir: Path) -> None:
-        parent, child = socket.socketpair()
-        self.conn = Connection(os.dup(parent.fileno()))
-        parent.close()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[3])  # above kbpack/
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        env["KBPACK_CACHE_DIR"] = str(cache_dir)  # the verified-pack memo of this run only
-        env.pop("KBPACK_DEBUG", None)
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from kbpack.testing.fuzz.fork_server import serve; serve(int(sys.argv[1]))",
-                str(child.fileno()),
-            ],
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        child.close()
+        # the memos of this run only; tracebacks of the commands' internal errors stay off
+        env = {"KBPACK_CACHE_DIR": str(cache_dir), "KBPACK_DEBUG": None}
+        super().__init__("kbpack.testing.fuzz.fork_server:serve", env=env)
         self.child = 0  # the pid (and process group) of the child running the current mutant
 
     def run(
@@ -177,9 +156,7 @@ class Worker:
         runs: list[CommandRun] | None, current: str, wait_status: int
     ) -> tuple[list[CommandRun] | None, str, str]:
         if os.WIFSIGNALED(wait_status):
-            sig = os.WTERMSIG(wait_status)
-            name = signal.Signals(sig).name if sig in set(signal.Signals) else str(sig)
-            return None, "crash", f"{current}: killed by {name}"
+            return None, "crash", f"{current}: killed by {signal_name(os.WTERMSIG(wait_status))}"
         code = os.WEXITSTATUS(wait_status)
         if runs is None or code != 0:
             return None, "crash", f"{current}: the child exited with status {code}"
@@ -206,14 +183,4 @@ class Worker:
             with contextlib.suppress(OSError):
                 os.killpg(self.child, signal.SIGKILL)
             self.child = 0
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.conn.close()
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.conn.send(None)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(5)
-        self.kill()
+        super().kill()

@@ -33,7 +33,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -194,16 +194,21 @@ def append(data: bytearray, seed: Seed, rng: random.Random) -> str:
     return f"append {n} bytes"
 
 
-BYTE_MUTATIONS: tuple[Callable[[bytearray, Seed, random.Random], str], ...] = (
-    flip_bits,
-    flip_bits,
-    flip_bits,
-    overwrite_int,
-    overwrite_int,
-    zero_sector,
-    copy_block,
-    truncate,
-    append,
+M = TypeVar("M")
+
+
+def weighted(*entries: tuple[M, int]) -> tuple[M, ...]:
+    """Each mutation repeated by its weight, in order: ``rng.choice`` picks it that often."""
+    return tuple(m for m, weight in entries for _ in range(weight))
+
+
+BYTE_MUTATIONS: tuple[Callable[[bytearray, Seed, random.Random], str], ...] = weighted(
+    (flip_bits, 3),
+    (overwrite_int, 2),
+    (zero_sector, 1),
+    (copy_block, 1),
+    (truncate, 1),
+    (append, 1),
 )
 
 
@@ -442,13 +447,8 @@ def move_elements(h: Any, seed: Seed, rng: random.Random) -> str:
     return f"{path} replaced by an empty group"
 
 
-STRUCTURE_MUTATIONS: tuple[Callable[[Any, Seed, random.Random], str], ...] = (
-    change_attribute,
-    change_attribute,
-    rewrite_dataset,
-    rewrite_dataset,
-    rewrite_dataset,
-    move_elements,
+STRUCTURE_MUTATIONS: tuple[Callable[[Any, Seed, random.Random], str], ...] = weighted(
+    (change_attribute, 2), (rewrite_dataset, 3), (move_elements, 1)
 )
 
 
