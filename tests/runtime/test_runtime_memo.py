@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbpack.runtime.memo import FileMemo, FileState, Memo, digest
+from tests.paths import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +67,7 @@ def test_a_file_memo_forgets_a_changed_file(tmp_path: Path) -> None:
 def test_the_memos_of_kbpack_live_in_the_one_module() -> None:
     """No module but kbpack/runtime/memo.py writes into the cache folder by hand (a temp file
     renamed over a memo): the memos named in its docstring go through it."""
-    root = Path(__file__).resolve().parent.parent / "kbpack"
+    root = REPO_ROOT / "kbpack"
     by_hand = []
     for p in root.rglob("*.py"):
         text = p.read_text(encoding="utf-8")

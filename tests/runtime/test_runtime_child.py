@@ -89,7 +89,7 @@ def echo(conn: Connection, greeting: str) -> None:
 
 
 def test_an_interpreter_runs_its_target_until_stopped() -> None:
-    worker = Interpreter("tests.test_runtime_child:echo", ["hello"])
+    worker = Interpreter("tests.runtime.test_runtime_child:echo", ["hello"])
     try:
         worker.conn.send("world")
         assert worker.conn.poll(120)
@@ -102,7 +102,7 @@ def test_an_interpreter_runs_its_target_until_stopped() -> None:
 
 
 def test_an_interpreter_that_dies_is_described() -> None:
-    worker = Interpreter("tests.test_runtime_child:echo", ["hello"])
+    worker = Interpreter("tests.runtime.test_runtime_child:echo", ["hello"])
     os.kill(worker.process.pid, signal.SIGKILL)
     worker.process.wait()
     worker.kill()
