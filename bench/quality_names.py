@@ -12,6 +12,15 @@ acronyms (CPU) and their plurals (PCs) excepted. The rest of the refusal is unch
 distance condition ``NEAR_DISTANCE`` included). This runs ``bench/shipped_search.py``'s
 measurement with the candidate switched on in this process only, so the two JSON files pair
 on the same pack and queries.
+
+    python bench/quality_names.py PACK --environment sentence|inside   # the exposure
+
+``--environment``: every answerable ticket asked again after "We run this on NAME. "
+(``sentence``) or with "(we are on NAME)" before its question mark (``inside``), NAME a
+product the asker runs and the pack never mentions (a frequent one, Jenkins or Docker, that
+only the candidate reports, and a rare one, Heroku, that the shipped rule reports too): the
+share refused by the shipped rule and by the candidate. A question that names the asker's
+environment is the candidate's risk; the development tickets seldom do.
 """
 
 from __future__ import annotations
@@ -24,16 +33,62 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import shipped_search
+from wordfreq import zipf_frequency
 
+import kbpack
 import kbpack.search.searcher as searcher_module
+from kbpack.ops import evaluate as E
 from kbpack.search.absent import absent_words
+
+ENVIRONMENTS = ("Jenkins", "Docker", "Heroku")
+# the asker's setting as a sentence of its own, and inside the question
+TEMPLATES = {"sentence": "We run this on {name}. {query}", "inside": "{bare} (we are on {name})?"}
+
+
+def environment(pack_path: Path, template: str) -> None:
+    questions = [
+        q
+        for q in E.load_questions(shipped_search.ROOT / "fixtures/eval/questions.jsonl")
+        if q.phrasing == "ticket"
+    ]
+    shipped = absent_words
+    candidate = functools.partial(absent_words, names_by_case=True)
+    with kbpack.open(pack_path) as pack:
+        s = pack.searcher
+        print(f"{len(questions)} tickets, each as {TEMPLATES[template]!r}: refused by")
+        print("| NAME | Zipf (en) | shipped rule | candidate |")
+        print("|---|---|---|---|")
+        for name in (None, *ENVIRONMENTS):
+            cells = []
+            for rule in (shipped, candidate):
+                searcher_module.absent_words = rule  # type: ignore[assignment]
+                refused = 0
+                for q in questions:
+                    bare = q.query.rstrip(" ?.")
+                    query = (
+                        q.query
+                        if name is None
+                        else TEMPLATES[template].format(name=name, query=q.query, bare=bare)
+                    )
+                    refused += not s.search(query, k=5).answered
+                lo, hi = E.wilson(refused, len(questions))
+                cells.append(f"{refused} ({refused / len(questions):.0%} [{lo:.2f}, {hi:.2f}])")
+            zipf = "-" if name is None else f"{zipf_frequency(name, 'en'):.2f}"
+            print(f"| {name or '(none)'} | {zipf} | {cells[0]} | {cells[1]} |")
+    searcher_module.absent_words = shipped  # type: ignore[assignment]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pack", type=Path)
-    ap.add_argument("out", type=Path)
+    ap.add_argument("out", type=Path, nargs="?")
+    ap.add_argument("--environment", choices=sorted(TEMPLATES), default=None)
     args = ap.parse_args()
+    if args.environment:
+        environment(args.pack, args.environment)
+        return
+    if args.out is None:
+        ap.error("OUT.json is needed (or --environment)")
     searcher_module.absent_words = functools.partial(absent_words, names_by_case=True)  # type: ignore[assignment]
     shipped_search.measure(args.pack, args.out, True)
 
