@@ -6,9 +6,9 @@
 The shipped rule (``kbpack.search.absent``) counts a word the pack never mentions when it is
 rare in the query's language (Zipf < 2): names that are also common words (Caddy, Cobra,
 Alpine, Homebrew, Insomnia) or frequent enough (Kubernetes 2.25, nginx 2.2, Ansible 2.1) pass.
-The candidate (``absent_words(..., names_by_case=True)``) also counts a word the pack never
-mentions when it is written with a capital inside the sentence (``capitalised_names``):
-acronyms (CPU) and their plurals (PCs) excepted. The rest of the refusal is unchanged (the
+The candidate (``candidate_absent_words`` here; rejected, so it is not in ``kbpack``) also
+counts a word the pack never mentions when it is written with a capital inside the sentence
+(``capitalised_names``): acronyms (CPU) and their plurals (PCs) excepted. The rest of the refusal is unchanged (the
 distance condition ``NEAR_DISTANCE`` included). This runs ``bench/shipped_search.py``'s
 measurement with the candidate switched on in this process only, so the two JSON files pair
 on the same pack and queries.
@@ -26,8 +26,9 @@ environment is the candidate's risk; the development tickets seldom do.
 from __future__ import annotations
 
 import argparse
-import functools
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +39,46 @@ from wordfreq import zipf_frequency
 import kbpack
 import kbpack.search.searcher as searcher_module
 from kbpack.ops import evaluate as E
+from kbpack.search import absent as A
 from kbpack.search.absent import absent_words
+
+_SENTENCE_END = re.compile(r"[.!?:;…]['\"”’)\]]*$")
+_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
+
+
+def capitalised_names(query: str) -> list[str]:
+    """Letters-only words written with a capital inside a sentence (not its first word, nor
+    the first after ``.`` ``!`` ``?`` ``:`` ``;``): the way English and Italian mark a proper
+    noun. Words in capitals (CPU, HTTP) and their plurals (PCs, URLs) are acronyms, left out."""
+    out: dict[str, None] = {}
+    raw = query.split()
+    for i, token in enumerate(raw):
+        word = A._POSSESSIVE.sub("", A._EDGE.sub("", token))
+        if not word.isalpha() or i == 0 or _SENTENCE_END.search(raw[i - 1]):
+            continue
+        if word[0].isupper() and not word.isupper() and not _ACRONYM_PLURAL.fullmatch(word):
+            out.setdefault(word, None)
+    return list(out)
+
+
+def candidate_absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
+    """``kbpack.search.absent.absent_words`` plus the candidate: a capitalised word
+    (``capitalised_names``) the pack never mentions counts whatever its frequency."""
+    words = A.letter_words(query)
+    missing = [w for w in words if not in_pack(w)]
+    if not missing:
+        return []
+    lang = A.language(words)
+    named = set(capitalised_names(query))
+    out = []
+    for word in missing:
+        z = A._zipf(word, lang)
+        if A._CAMEL.search(word) and z <= 0.0:
+            continue  # rule 5: the user's own identifier
+        if z < A.RARE_ZIPF or word in named:
+            out.append(word)
+    return out
+
 
 ENVIRONMENTS = ("Jenkins", "Docker", "Heroku")
 # the asker's setting as a sentence of its own, and inside the question
@@ -52,7 +92,7 @@ def environment(pack_path: Path, template: str) -> None:
         if q.phrasing == "ticket"
     ]
     shipped = absent_words
-    candidate = functools.partial(absent_words, names_by_case=True)
+    candidate = candidate_absent_words
     with kbpack.open(pack_path) as pack:
         s = pack.searcher
         print(f"{len(questions)} tickets, each as {TEMPLATES[template]!r}: refused by")
@@ -89,7 +129,7 @@ def main() -> None:
         return
     if args.out is None:
         ap.error("OUT.json is needed (or --environment)")
-    searcher_module.absent_words = functools.partial(absent_words, names_by_case=True)  # type: ignore[assignment]
+    searcher_module.absent_words = candidate_absent_words
     shipped_search.measure(args.pack, args.out, True)
 
 

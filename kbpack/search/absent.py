@@ -73,52 +73,23 @@ def language(words: Sequence[str]) -> str:
     return best
 
 
-def absent_words(
-    query: str, in_pack: Callable[[str], bool], names_by_case: bool = False
-) -> list[str]:
+def absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
     """The query's words, as typed, that the pack never mentions and that are rare in the
     query's language (the rule above). ``in_pack(word)``: some chunk holds a term the pack's
     analyzer makes of ``word``. The frequency lists are read only when some word is not in
-    the pack (a query whose words the pack all holds never loads them).
-
-    ``names_by_case`` (a candidate measured for issue 32, off in search: docs/quality.md): a
-    word capitalised inside the sentence (``capitalised_names``) counts whatever its
-    frequency, so that names that are also words (Caddy, Cobra, Alpine, Homebrew) count too."""
+    the pack (a query whose words the pack all holds never loads them)."""
     words = letter_words(query)
     missing = [w for w in words if not in_pack(w)]
     if not missing:
         return []
     _wait_preload()
     lang = language(words)
-    named = set(capitalised_names(query)) if names_by_case else set()
     out = []
     for word in missing:
         z = _zipf(word, lang)
-        if _CAMEL.search(word) and z <= 0.0:
-            continue  # rule 5: the user's own identifier
-        if z < RARE_ZIPF or word in named:
+        if z < RARE_ZIPF and not (_CAMEL.search(word) and z <= 0.0):
             out.append(word)
     return out
-
-
-_SENTENCE_END = re.compile(r"[.!?:;…]['\"”’)\]]*$")
-_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
-
-
-def capitalised_names(query: str) -> list[str]:
-    """Letters-only words written with a capital inside a sentence (not its first word, nor
-    the first after ``.`` ``!`` ``?`` ``:`` ``;``): the way English and Italian mark a proper
-    noun. Words in capitals (CPU, HTTP) and their plurals (PCs, URLs) are acronyms, not
-    names, and are left out."""
-    out: dict[str, None] = {}
-    raw = query.split()
-    for i, token in enumerate(raw):
-        word = _POSSESSIVE.sub("", _EDGE.sub("", token))
-        if not word.isalpha() or i == 0 or _SENTENCE_END.search(raw[i - 1]):
-            continue
-        if word[0].isupper() and not word.isupper() and not _ACRONYM_PLURAL.fullmatch(word):
-            out.setdefault(word, None)
-    return list(out)
 
 
 _preload: threading.Thread | None = None
