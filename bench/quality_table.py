@@ -48,7 +48,14 @@ from kbpack.ops.evaluate import (
 )
 from kbpack.search.bm25 import top_k
 from kbpack.search.fusion import DENSE_WEIGHT, convex
-from kbpack.search.searcher import CANDIDATES, code_like_terms, content_terms, idf, rrf
+from kbpack.search.searcher import (
+    CANDIDATES,
+    code_like_terms,
+    content_terms,
+    heading_only,
+    idf,
+    rrf,
+)
 from kbpack.text.analyze import tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +82,9 @@ class Scores:
     # words, and the share of the query's content words the BM25 top chunk holds
     bm25_rare: np.ndarray | None = None
     coverage: float = 1.0
+    # issue 32 item 5: the pack's chunks whose words are all their heading path's or title's
+    # (``searcher.heading_only``: search never shows them); one array shared by every row
+    lone: np.ndarray | None = None
 
 
 def dense_top(sims: np.ndarray) -> np.ndarray:
@@ -146,6 +156,7 @@ def collect(pack_path: Path, stem_pack: Path | None, questions: list[Question]) 
         assert pack.reader.has_pieces, "a pack with pieces is needed (the default build)"
         contents = [normalize(c) for _, c in pack.iter_chunk_contents()]
         n = len(contents)
+        lone = heading_only_mask(s, n)
         k1, _ = pack.reader.bm25_params
         for i, q in enumerate(questions):
             score, cos = s._dense_pair(q.query)
@@ -165,9 +176,47 @@ def collect(pack_path: Path, stem_pack: Path | None, questions: list[Question]) 
                     rarity(s, q.query, n, k1),
                     rare,
                     coverage,
+                    lone,
                 )
             )
     return rows
+
+
+def heading_only_mask(searcher: Any, n: int) -> np.ndarray:
+    """True for each chunk whose words are all words of its heading path or document title,
+    by the test ``search()`` applies before showing a result (``heading_only``)."""
+    out = np.zeros(n, bool)
+    for c in range(n):
+        res = searcher._result(1, c, 0.0, None, None, None, "chunk")
+        out[c] = heading_only(tuple(tokenize(res.content)), res)
+    return out
+
+
+def lone_heading_rules() -> dict[str, Rule]:
+    """Issue 32 item 5: a chunk that is a lone heading (a leaf section with no text of its
+    own) is kept by the chunker and never shown by ``search()``; does it still cost ranking?
+
+    * ``shown``: kbpack's ranking with such chunks left out of the list afterwards, as
+      ``search()`` shows it (the ranks a user sees);
+    * ``out of the ranking``: such chunks removed before ranking (no candidate slot, not the
+      top BM25 score that the lexical scores are divided by): what dropping them at chunking
+      would do to ranking (BM25's statistics aside), or excluding them from ranking.
+    """
+
+    def shown(r: Scores) -> list[int]:
+        order = convex_rank(r.with_pieces, r.bm25, DENSE_WEIGHT)
+        return [c for c in order if not r.lone[c]]  # type: ignore[index]
+
+    def out_of_ranking(r: Scores) -> list[int]:
+        lone = r.lone
+        assert lone is not None
+        sims = np.where(lone, -np.inf, r.with_pieces)
+        return convex_rank(sims, np.where(lone, 0.0, r.bm25), DENSE_WEIGHT)
+
+    return {
+        "hybrid (kbpack), pieces, lone headings not shown": shown,
+        "hybrid, pieces, lone headings out of the ranking": out_of_ranking,
+    }
 
 
 def rarer_half(searcher: Any, query: str, bm25: np.ndarray, n: int) -> tuple[np.ndarray, float]:
@@ -271,6 +320,9 @@ def main() -> None:
     ap.add_argument(
         "--user-worded", action="store_true", help="also the issue 32 item 4 candidates"
     )
+    ap.add_argument(
+        "--lone-headings", action="store_true", help="also the issue 32 item 5 candidates"
+    )
     args = ap.parse_args()
 
     questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
@@ -281,6 +333,8 @@ def main() -> None:
         table |= idf_weight_rules()
     if args.user_worded:
         table |= user_worded_rules()
+    if args.lone_headings:
+        table |= lone_heading_rules()
     ranks = {
         name: {
             p: [rank_of(rule(r), r.gold) for r in rows if r.question.phrasing == p]
@@ -345,6 +399,16 @@ def main() -> None:
     if args.user_worded:
         for name in user_worded_rules():
             compare(name, base)
+    if args.lone_headings:
+        lone = rows[0].lone
+        assert lone is not None
+        at_top = sum(bool(r.bm25.any()) and bool(lone[int(np.argmax(r.bm25))]) for r in rows)
+        print(
+            f"* lone-heading chunks: {int(lone.sum())} of {lone.size}; the top BM25 score (the "
+            f"divisor of every lexical score) is one of them for {at_top} of {len(rows)} questions"
+        )
+        shown, out = lone_heading_rules()
+        compare(out, shown)
 
     if not args.no_refusal:
         refusal(args.pack, questions, [o.query for o in oods])
