@@ -113,7 +113,7 @@ def create_app(
             status=500,
             message=message,
             damaged=isinstance(e, DamagedDataError) or " is damaged" in message,
-            where=hit.name if hit else "a served pack",
+            where=f"the pack “{hit.name}”" if hit else "a served pack",
             path=str(hit.path) if hit else "PACK",
             checked=bool(hit and hit.status.get("checked")),
             others=[name for name in library.packs if hit is None or name != hit.name],
@@ -485,6 +485,8 @@ def render_text(
     fences, code = _code_blocks(doc, lo, hi)
     cuts = {lo, hi, *marks, *(x for span in fences | code for x in span)}
     cuts |= {x for a, b, _ in links for x in (a, b)}
+    headings = _heading_lines(doc, lo, hi)
+    cuts |= {x for a, b, _ in headings for x in (a, b)}
     link_starts = [a for a, _, _ in links]
     if hit:
         cuts |= {max(lo, hit[0]), min(hi, hit[1])}
@@ -499,6 +501,9 @@ def render_text(
             chunk = f'<span class="fence">{chunk}</span>'
         elif any(c[0] <= a and b <= c[1] for c in code):
             chunk = f'<code class="block">{chunk}</code>'
+        level = next((n for x, y, n in headings if x <= a and b <= y), None)
+        if level is not None:
+            chunk = f'<strong class="heading level{min(level, 6)}">{chunk}</strong>'
         k = bisect_right(link_starts, a) - 1  # links are in text order and apart
         href = links[k][2] if k >= 0 and b <= links[k][1] else None
         if href is not None:
@@ -508,6 +513,16 @@ def render_text(
             chunk = f"<mark{' id=hit' if first else ''}>{chunk}</mark>"
         out.append(chunk)
     return Markup("".join(out))
+
+
+def _heading_lines(doc: Document, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """The line each section starts with (its heading), as (from, to, level) in ``[lo, hi)``."""
+    out = []
+    for s in doc.sections:
+        if s.level > 0 and lo <= s.start < hi:
+            end = doc.text.find("\n", s.start, s.end)
+            out.append((s.start, min(hi, end if end != -1 else s.end), s.level))
+    return out
 
 
 def _code_blocks(

@@ -6,6 +6,8 @@ follows a link to ``target_offset`` of ``target``: a wrong one would open anothe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from kbpack.pack import format as F
@@ -43,7 +45,7 @@ class LinkInvariants(ExamState):
         n = len(status)
         for path, col in ((F.LINK_DOCUMENT, doc), (F.LINK_TARGET, target)):
             out = (col < 0) | (col >= n)
-            if self._rows("link-document", path, out, lambda i, c=col: f"document {c[i]} of {n}"):
+            if self._rows("link-document", path, out, _out_of(col, n)):
                 return
         not_ok = np.array([status[int(t)] != "ok" for t in target], dtype=bool)
         self._rows(
@@ -94,3 +96,7 @@ class LinkInvariants(ExamState):
     def _length(self, doc: int) -> int | None:
         text = self._text(doc)
         return None if text is None else len(text)
+
+
+def _out_of(col: np.ndarray, n: int) -> Callable[[int], str]:
+    return lambda i: f"document {col[i]} of {n}"
