@@ -118,6 +118,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bundle",
         "Wheels, model and install script for a machine with no network.",
     ),
+    "cache": ("kbpack.cli.commands.cache", "cache", "Show or clear this machine's kbpack cache."),
     "completion": (
         "kbpack.cli.commands.completion",
         "completion",
