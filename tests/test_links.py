@@ -96,6 +96,13 @@ def test_links_lead_to_the_documents_and_anchors_of_the_pack(pack: Path) -> None
     assert verify_pack(pack).findings == []
 
 
+def test_a_reader_written_from_the_spec_reads_the_same_links(pack: Path) -> None:
+    import independent_reader as ind
+
+    assert ind.read_links(str(pack)) == EXPECTED
+    assert ind.read_links(str(GOLDEN_0_2_0)) is None
+
+
 def test_the_canonical_text_is_what_a_parse_without_links_gives() -> None:
     """Offsets are sacred: the marked parse never changes the text (it only reads offsets)."""
     for html in (INDEX, SEALS, (ROOT / "fixtures/docs/sqlite/datatype3.html").read_text()):
