@@ -6,6 +6,7 @@ the test prints (``$KBPACK_SCREENSHOTS`` when set, else under pytest's tmp path)
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -200,10 +201,42 @@ def test_a_damaged_pack_gets_a_page_saying_what_is_wrong_and_what_to_do(
     assert page.locator("form.search").is_visible()
 
 
+def test_a_changed_file_that_fails_its_check_is_said_on_every_page(
+    packs: dict[str, Path], page: Any, shots: Path, tmp_path: Path
+) -> None:
+    served = tmp_path / "changing.kbpack"
+    shutil.copyfile(packs["manual"], served)
+    s = Server(str(served))  # checked at start (bytes, signature, structure)
+    try:
+        page.goto(s.base + "/")
+        assert page.locator("section.changed").count() == 0
+        swap = tmp_path / "swap.kbpack"
+        shutil.copyfile(packs["damaged"], swap)
+        os.replace(swap, served)  # a new file at the path, one bit off
+        for _ in range(600):  # the new file is checked in the background: ask until it is done
+            page.goto(s.base + "/")
+            if page.locator("section.changed").count():
+                break
+            page.wait_for_timeout(100)
+        note = page.locator("section.changed")
+        assert note.is_visible()
+        text = note.inner_text()
+        assert "changed and the new file failed its check" in text
+        assert "differs" in text or "SHA-256" in text  # what is wrong, in verify's words
+        assert f"kbpack verify {served}" in text
+        page.screenshot(path=str(shots / "changed-refused.png"))
+        # the checked file is still what is served
+        page.goto(s.base + "/doc/sub/seals.html?pack=changing")
+        assert "Replace the mechanical seal" in page.locator("article.text").inner_text()
+    finally:
+        assert s.stop() == 130
+
+
 def test_screenshots_were_written(shots: Path) -> None:
     """Run last (file order): every view above left its picture in the one folder printed."""
     if chromium_path() is None:
         pytest.skip("no chromium on PATH")
     names = {p.name for p in shots.iterdir() if p.stat().st_size > 0}
     want = {"reader-links.png", "link-followed.png", "code-block.png", "refused.png", "damaged.png"}
+    want.add("changed-refused.png")
     assert want <= names
