@@ -284,3 +284,30 @@ def test_the_reader_renders_links_to_the_target_place(pack: Path) -> None:
         assert '<span class="anchor" id="at"></span>' in there
         bad = client.get("/doc/sub/seals.html?pack=manual&at=999999")
         assert bad.status_code == 400 and "outside the text" in bad.text
+
+
+def test_rendering_keeps_every_character_and_one_mark_around_the_hit() -> None:
+    pytest.importorskip("starlette")
+    import html as html_lib
+    import re
+
+    from kbpack.serve.library import Document, Section
+    from kbpack.serve.web import render_text
+
+    text = "Seals\n\nGo back to the manual now.\n\nReplacing\n\nReplace it.\n"
+    sections = [
+        Section(0, 0, "Seals", 0, len(text), -1),
+        Section(1, 1, "Seals", 0, text.index("Replacing"), 0),
+        Section(2, 1, "Replacing", text.index("Replacing"), len(text), 0),
+    ]
+    link = (text.index("back"), text.index(" now"), "index.html", 5)
+    doc = Document("p", "s.html", "Seals", "html", text, sections, [], [link])
+    hit = (text.index("the manual"), text.index("Replace it"))
+    html = str(render_text(doc, hit, (0, len(text))))
+    assert html.count("<mark id=hit>") == 1 and html.count("</mark>") == 1
+    assert '<a class="xref" href="/doc/index.html?pack=p&amp;at=5#at">' in html
+    assert '<strong class="heading level1">Replacing</strong>' in html
+    marked = re.search(r"<mark id=hit>(.*?)</mark>", html, re.S)
+    assert marked is not None
+    assert html_lib.unescape(re.sub(r"<[^>]+>", "", marked.group(1))) == text[hit[0] : hit[1]]
+    assert html_lib.unescape(re.sub(r"<[^>]+>", "", html)) == text

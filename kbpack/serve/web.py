@@ -492,8 +492,14 @@ def render_text(
         cuts |= {max(lo, hit[0]), min(hi, hit[1])}
     points = sorted(c for c in cuts if lo <= c <= hi)
     out: list[str] = []
+    # the hit is one <mark id=hit> around every piece inside it (each piece is cut at its ends)
+    shown = (max(lo, hit[0]), min(hi, hit[1])) if hit and hit[0] < hit[1] else None
     for a, b in zip(points, [*points[1:], None], strict=True):
+        if shown and a == shown[1]:
+            out.append("</mark>")
         out.extend(marks.get(a, []))
+        if shown and a == shown[0]:
+            out.append("<mark id=hit>")
         if b is None:
             break
         chunk = str(escape(_for_reading(doc, a, b)))
@@ -508,9 +514,6 @@ def render_text(
         href = links[k][2] if k >= 0 and b <= links[k][1] else None
         if href is not None:
             chunk = f'<a class="xref" href="{escape(href)}">{chunk}</a>'
-        if hit and hit[0] <= a and b <= hit[1] and hit[0] < hit[1]:
-            first = a == max(lo, hit[0])
-            chunk = f"<mark{' id=hit' if first else ''}>{chunk}</mark>"
         out.append(chunk)
     return Markup("".join(out))
 
