@@ -282,6 +282,13 @@ def test_the_reader_renders_links_to_the_target_place(pack: Path) -> None:
         assert f'<a class="xref" href="/doc/sub/seals.html?pack=manual&amp;at={at}#at">' in html
         there = client.get(f"/doc/sub/seals.html?pack=manual&at={at}").text
         assert '<span class="anchor" id="at"></span>' in there
+        api = client.get("/api/doc/index.html", params={"pack": "manual"}).json()
+        assert api["links"][0] == {
+            "from": api["text"].index("seal replacement steps"),
+            "to": api["text"].index(" first"),
+            "name": "sub/seals.html",
+            "at": at,
+        }
         bad = client.get("/doc/sub/seals.html?pack=manual&at=999999")
         assert bad.status_code == 400 and "outside the text" in bad.text
 

@@ -593,6 +593,7 @@ def document_json(doc: Document, start: int, end: int) -> dict[str, Any]:
             for s in doc.sections
         ],
         "pages": [{"number": p.number, "from": p.start, "to": p.end} for p in doc.pages],
+        "links": [{"from": a, "to": b, "name": t, "at": at} for a, b, t, at in doc.links],
     }
 
 
