@@ -488,6 +488,7 @@ def render_text(
     headings = _heading_lines(doc, lo, hi)
     cuts |= {x for a, b, _ in headings for x in (a, b)}
     link_starts = [a for a, _, _ in links]
+    heading_starts = [a for a, _, _ in headings]
     if hit:
         cuts |= {max(lo, hit[0]), min(hi, hit[1])}
     points = sorted(c for c in cuts if lo <= c <= hi)
@@ -507,9 +508,10 @@ def render_text(
             chunk = f'<span class="fence">{chunk}</span>'
         elif any(c[0] <= a and b <= c[1] for c in code):
             chunk = f'<code class="block">{chunk}</code>'
-        level = next((n for x, y, n in headings if x <= a and b <= y), None)
-        if level is not None:
-            chunk = f'<strong class="heading level{min(level, 6)}">{chunk}</strong>'
+        k = bisect_right(heading_starts, a) - 1  # headings are in text order and apart
+        if k >= 0 and b <= headings[k][1]:
+            level = min(headings[k][2], 6)
+            chunk = f'<strong class="heading level{level}">{chunk}</strong>'
         k = bisect_right(link_starts, a) - 1  # links are in text order and apart
         href = links[k][2] if k >= 0 and b <= links[k][1] else None
         if href is not None:
@@ -531,8 +533,8 @@ def _heading_lines(doc: Document, lo: int, hi: int) -> list[tuple[int, int, int]
 def _code_blocks(
     doc: Document, lo: int, hi: int
 ) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
-    """Markdown fenced code (and HTML ``<pre>``, fenced alike) in ``[lo, hi)``: the fence lines (with their line ends) and the code
-    between them, as canonical-text spans."""
+    """Markdown fenced code (and HTML ``<pre>``, fenced alike) in ``[lo, hi)``: the fence lines
+    (with their line ends) and the code between them, as canonical-text spans."""
     fences: set[tuple[int, int]] = set()
     code: set[tuple[int, int]] = set()
     if doc.kind not in ("md", "markdown", "html"):  # HTML's <pre> is fenced too (extract/html.py)
