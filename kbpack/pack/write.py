@@ -749,6 +749,8 @@ def _check_links(doc: Document) -> None:
                 f"{doc.name}: link [{k.start}, {k.end}) to {k.target} is outside the text "
                 "or overlaps the link before it"
             )
+        if doc.text[k.start].isspace() or doc.text[k.end - 1].isspace():
+            raise ValueError(f"{doc.name}: link [{k.start}, {k.end}) starts or ends with space")
         end = k.end
     for anchor, offset in doc.anchors.items():
         if not 0 <= offset <= n:
