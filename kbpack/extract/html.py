@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
@@ -104,6 +105,7 @@ _SPACES = re.compile(r"[ \t\n\r\f\v]+")
 # joins them, and a page that holds any of them is read without links.
 _MARK = re.compile("\ufdd0([\ufdd1-\ufdd3])([\ufde0-\ufdef]+)\ufdd4")
 _MARK_CHARS = re.compile("[\ufdd0-\ufdef]")
+_WORDS = re.compile(r"\S+")
 LINK_START, LINK_END, ANCHOR = "\ufdd1", "\ufdd2", "\ufdd3"
 
 
@@ -505,14 +507,13 @@ def extract_links(html: str, text: str) -> tuple[list[tuple[int, int, str]], dic
         index = int("".join(f"{ord(c) - 0xFDE0:x}" for c in m.group(2)), 16)
         found.append((m.group(1), index, length))
     plain_parts.append(marked[at:])
-    where = _align("".join(plain_parts), text)
+    where = _align("".join(plain_parts), text, [offset for _, _, offset in found])
     if where is None:
         return [], {}
     starts: dict[int, int] = {}
     links: list[tuple[int, int, str]] = []
     anchors: dict[str, int] = {}
-    for kind, index, offset in found:
-        pos = where[offset]
+    for (kind, index, _), pos in zip(found, where, strict=True):
         if kind == ANCHOR and index < len(parser.anchor_names):
             anchors.setdefault(parser.anchor_names[index], _skip_space(text, pos, len(text)))
         elif kind == LINK_START:
@@ -535,29 +536,25 @@ def _skip_space(text: str, pos: int, end: int) -> int:
     return pos
 
 
-def _align(marked: str, text: str) -> list[int] | None:
-    """For every position of ``marked`` (the marked parse with its marks taken out), the
-    position of ``text`` it stands for; the two differ only in white space (a mark kept a
-    space from being collapsed or stripped). None when they differ otherwise."""
+def _align(marked: str, text: str, offsets: list[int]) -> list[int] | None:
+    """Each offset into ``marked`` (the marked parse with its marks taken out) as an offset
+    into ``text``. The two hold the same words, differing only in white space (a mark kept a
+    space from being collapsed or stripped): an offset inside a word keeps its place in that
+    word, one in white space goes to the next word. None when the words differ."""
     if marked == text:
-        return list(range(len(text) + 1))
-    out = [0] * (len(marked) + 1)
-    i = j = 0
-    while i < len(marked):
-        if j < len(text) and marked[i] == text[j]:
-            out[i] = j
-            i += 1
-            j += 1
-        elif marked[i].isspace():
-            out[i] = j
-            i += 1
-        elif j < len(text) and text[j].isspace():
-            j += 1
-        else:
-            return None
-    if text[j:].strip():
+        return offsets
+    ours = [(m.start(), m.end()) for m in _WORDS.finditer(marked)]
+    theirs = [m.start() for m in _WORDS.finditer(text)]
+    if _WORDS.findall(marked) != _WORDS.findall(text):
         return None
-    out[len(marked)] = len(text) if j >= len(text) else j
+    starts = [a for a, _ in ours]
+    out = []
+    for offset in offsets:
+        k = bisect_right(starts, offset) - 1
+        if k >= 0 and offset < ours[k][1]:
+            out.append(theirs[k] + offset - ours[k][0])
+        else:
+            out.append(theirs[k + 1] if k + 1 < len(theirs) else len(text))
     return out
 
 
