@@ -229,6 +229,31 @@ def row_digest_check(path: str) -> int | None:
     return checked
 
 
+def read_links(path: str) -> list[tuple[str, str, str, str]] | None:
+    """Spec §3.12, with h5py alone: (source name, link text, target name, the target's text
+    from the target offset on, 16 characters) for each link; None when the pack has no
+    /links. Asserts the MUSTs: order, ranges, ok targets, offsets inside the target's text."""
+    with h5py.File(path, "r", locking=False) as f:
+        if "links" not in f:
+            return None
+        names = [x.decode("utf-8") for x in f["/documents/name"][()]]
+        texts = [x.decode("utf-8") for x in f["/documents/text"][()]]
+        status = [x.decode("utf-8") for x in f["/documents/status"][()]]
+        doc, start, end = (f["/links/" + k][()].tolist() for k in ("document", "from", "to"))
+        target, offset = (f["/links/" + k][()].tolist() for k in ("target", "target_offset"))
+        assert len(f["/links/anchor"]) == len(doc)
+    out = []
+    last = (-1, 0)
+    for d, a, b, t, at in zip(doc, start, end, target, offset, strict=True):
+        assert (d, a) >= last and (d != last[0] or a >= last[1]), "links ordered and apart"
+        last = (d, b)
+        text = texts[d]
+        assert 0 <= a < b <= len(text) and text[a:b] == text[a:b].strip()
+        assert status[t] == "ok" and 0 <= at <= len(texts[t])
+        out.append((names[d], text[a:b], names[t], texts[t][at : at + 16]))
+    return out
+
+
 def analyzer_check(path: str) -> tuple[str | None, set[str]]:
     """The /bm25 ``analyzer`` attribute (None when absent: plain tokenizer) and the stems the
     spec (§4.1) says its vocabulary must hold: ``"~" + Snowball English stem`` of every

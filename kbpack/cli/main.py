@@ -68,6 +68,7 @@ COMMANDS: dict[str, str] = {
     "serve": "A local search page and JSON API for packs.",
     "mcp": "Serve packs to local agents over MCP (stdio).",
     "bundle": "Wheels, model and install script for a machine with no network.",
+    "cache": "Show or clear this machine's kbpack cache.",
     "completion": "Print the shell completion script (bash, zsh, fish).",
 }
 # name -> (module, function) where they are not the name (``eval`` is a Python builtin)

@@ -22,7 +22,7 @@ from kbpack.extract.common import (
 from kbpack.extract.limits import Limits
 from kbpack.extract.structure import Heading, with_text
 from kbpack.text.canonical import Decoded, canonicalize, decode_text
-from kbpack.text.document import Document
+from kbpack.text.document import Document, Link
 
 _BINARY_SAMPLE = 64 * 1024
 _BINARY_CONTROL_SHARE = 0.10
@@ -67,7 +67,7 @@ def _first_top_title(headings: list[Heading]) -> str | None:
 
 
 def _html(data: bytes, doc: Document) -> Document:
-    from kbpack.extract.html import declared_charset, extract_html
+    from kbpack.extract.html import declared_charset, extract_html, extract_links, link_target
 
     decoded = _decode(data, declared_charset(data))
     builder, title = extract_html(decoded.text)
@@ -75,9 +75,22 @@ def _html(data: bytes, doc: Document) -> Document:
     if not text.strip():
         raise ExtractionError("no text outside scripts, styles and navigation", "extract")
     title = title or doc.title
+    found, anchors = extract_links(decoded.text, text)
+    links = []
+    for start, end, href in found:
+        target = link_target(href, doc.name)
+        if target is not None:
+            links.append(Link(start, end, target[0], target[1]))
     replaced = decoded.replaced + builder.replaced
     return with_text(
-        doc, text, title, builder.headings, decoding=decoded.decoding, replaced=replaced
+        doc,
+        text,
+        title,
+        builder.headings,
+        links=links,
+        anchors=anchors,
+        decoding=decoded.decoding,
+        replaced=replaced,
     )
 
 

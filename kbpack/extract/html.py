@@ -20,13 +20,23 @@
 * Decoding: BOM, then strict UTF-8, then the ``<meta charset>`` declaration, then cp1252.
 
 Title: the first ``h1``, else ``<title>``, else the file name stem.
+
+Links (extractor version 4, spec §3.12): ``extract_links`` finds where the text of each
+``<a href>`` and each ``id`` (or ``<a name>``) landed in the canonical text. It parses the page
+a second time with marks (runs of Unicode noncharacters, which no extraction rule touches) at
+those places, and reads their offsets off that text aligned with the canonical one, so the
+canonical text itself is exactly what a parse without links gives. ``link_target`` turns an
+``href`` into a document name relative to the input root (``None`` for another site's URL).
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from urllib.parse import unquote, urlsplit
 
 from kbpack.extract.structure import TextBuilder, heading_text
 from kbpack.text.canonical import one_line
@@ -90,6 +100,30 @@ _BLOCKS = {
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _SPACES = re.compile(r"[ \t\n\r\f\v]+")
+# A mark (links, anchors): U+FDD0, its kind (U+FDD1 link start, U+FDD2 link end, U+FDD3
+# anchor), its index in hex digits U+FDE0..U+FDEF, U+FDD4. Noncharacters: no rule drops or
+# joins them, and a page that holds any of them is read without links.
+_MARK = re.compile("\ufdd0([\ufdd1-\ufdd3])([\ufde0-\ufdef]+)\ufdd4")
+_MARK_CHARS = re.compile("[\ufdd0-\ufdef]")
+_WORDS = re.compile(r"\S+")
+LINK_START, LINK_END, ANCHOR = "\ufdd1", "\ufdd2", "\ufdd3"
+
+
+def _mark(kind: str, index: int) -> str:
+    digits = "".join(chr(0xFDE0 + int(d, 16)) for d in f"{index:x}")
+    return f"\ufdd0{kind}{digits}\ufdd4"
+
+
+def _visible(text: str) -> bool:
+    """Text with something to read once the marks are taken out."""
+    return bool(_MARK.sub("", text).strip())
+
+
+def _marks_of(text: str) -> list[str]:
+    """The marks in ``text``, as one piece each (kept for the next block)."""
+    return [m.group(0) for m in _MARK.finditer(text)]
+
+
 _RUNS = re.compile(r" {2,}")
 
 
@@ -128,6 +162,11 @@ class _Extractor(HTMLParser):
         self.admonitions: list[int] = []
         self.label_at: int | None = None
         self.label: str | None = None  # an admonition's label, waiting for its first block
+        # links and anchors (extract_links): marked only when ``marking``
+        self.marking = False
+        self.hrefs: list[str] = []
+        self.anchor_names: list[str] = []
+        self.link_depth: int | None = None  # stack depth of the open <a href>
 
     def parse_html_declaration(self, i: int) -> int:
         """``<![WORD[`` with a word Python's parser does not know raises AssertionError there
@@ -186,6 +225,32 @@ class _Extractor(HTMLParser):
             self.admonitions.append(len(self.stack))
         elif tag == "p" and _ADMONITION_TITLE in classes and self.admonitions:
             self.label_at = len(self.stack)
+        if self.marking:
+            self._mark_start(tag, dict(attrs))
+
+    def _mark_start(self, tag: str, values: dict[str, str | None]) -> None:
+        ident = values.get("id") or (values.get("name") if tag == "a" else None)
+        if ident:
+            self._put_mark(ANCHOR, len(self.anchor_names))
+            self.anchor_names.append(ident)
+        href = values.get("href") if tag == "a" else None
+        if href is not None:
+            self._end_link()  # <a> inside <a>: the first ends, as in a browser
+            self._put_mark(LINK_START, len(self.hrefs))
+            self.hrefs.append(href)
+            self.link_depth = len(self.stack)
+
+    def _end_link(self) -> None:
+        if self.link_depth is not None:
+            self.link_depth = None
+            self._put_mark(LINK_END, len(self.hrefs) - 1)
+
+    def _put_mark(self, kind: str, index: int) -> None:
+        mark = _mark(kind, index)
+        if self.tables and self.tables[-1].cell is not None:
+            self.tables[-1].cell.append(mark)
+        else:
+            self.pieces.append(mark)
 
     def skipping_outside_head(self) -> bool:
         # <title> lives in <head>, which is skipped as a whole; read it anyway.
@@ -204,10 +269,13 @@ class _Extractor(HTMLParser):
         while self.stack:
             depth = len(self.stack)
             open_tag, noise = self.stack.pop()
+            if depth == self.link_depth:
+                self._end_link()
             if not self.skipping:
                 if depth == self.label_at:
                     self.label_at = None
-                    self.label = " ".join(self._inline_text().split()) or None
+                    label = " ".join(self._inline_text().split())
+                    self.label = label if _visible(label) else None
                 self._close(open_tag)
             if self.admonitions and self.admonitions[-1] == depth:
                 self.admonitions.pop()
@@ -264,7 +332,10 @@ class _Extractor(HTMLParser):
         if self.heading is not None:
             return  # heading text is emitted by its end tag
         text = self._inline_text()
-        if not text.strip():
+        if not _visible(text):
+            self.pieces = _marks_of(
+                text
+            )  # (marking) an empty element's marks: the next block's start
             return
         if self.in_item:
             if self.label is not None:
@@ -285,7 +356,8 @@ class _Extractor(HTMLParser):
         self.pieces = []
         if text.startswith("\n"):
             text = text[1:]  # a newline right after <pre> is not content (HTML spec)
-        if not text.strip():
+        if not _visible(text):
+            self.pieces = _marks_of(text)
             return
         longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
         fence = "`" * (longest + 1)
@@ -365,7 +437,7 @@ class _Extractor(HTMLParser):
         if table.cell is not None:
             table.cells.append(one_line("".join(table.cell)))
             table.cell = None
-        if any(cell for cell in table.cells):
+        if any(_visible(cell) for cell in table.cells):
             table.rows.append(" | ".join(table.cells))
         table.cells = []
 
@@ -373,6 +445,9 @@ class _Extractor(HTMLParser):
         level = self.heading or 1
         self.heading = None
         title = heading_text(title)
+        if not _visible(title):
+            self.pieces = _marks_of(title)
+            title = ""
         if title and self.admonitions:
             self.label = title  # "Note", "Tip": the admonition's label, not a section
             return
@@ -386,6 +461,7 @@ class _Extractor(HTMLParser):
         super().close()
         while self.stack:
             self.handle_endtag(self.stack[-1][0])
+        self._end_link()
         self._flush()
 
 
@@ -405,3 +481,104 @@ def says_nothing(heading: str) -> bool:
     """A heading that does not name its page: numbered ("1. Overview", "21.5. Password
     Authentication": the number belongs to the manual, not to the page) or generic."""
     return bool(_NUMBERED.match(heading)) or heading.strip(" .:").casefold() in _GENERIC_TITLES
+
+
+def extract_links(html: str, text: str) -> tuple[list[tuple[int, int, str]], dict[str, int]]:
+    """Where each ``<a href>``'s text and each anchor (``id``, ``<a name>``) lie in ``text``,
+    the canonical text ``extract_html(html)`` built: ``[(from, to, href)]`` in document order
+    (links with no text left out) and ``{anchor: offset}`` (the first of a repeated name).
+    Nothing when the page holds the mark characters itself or the marked text does not align
+    (then the page is read without links rather than with a wrong one)."""
+    if _MARK_CHARS.search(html):
+        return [], {}
+    parser = _Extractor()
+    parser.marking = True
+    parser.feed(html)
+    parser.close()
+    marked = parser.out.text()
+    plain_parts: list[str] = []
+    found: list[tuple[str, int, int]] = []  # (kind, index, offset in the unmarked text)
+    at = 0
+    length = 0
+    for m in _MARK.finditer(marked):
+        plain_parts.append(marked[at : m.start()])
+        length += m.start() - at
+        at = m.end()
+        index = int("".join(f"{ord(c) - 0xFDE0:x}" for c in m.group(2)), 16)
+        found.append((m.group(1), index, length))
+    plain_parts.append(marked[at:])
+    where = _align("".join(plain_parts), text, [offset for _, _, offset in found])
+    if where is None:
+        return [], {}
+    starts: dict[int, int] = {}
+    links: list[tuple[int, int, str]] = []
+    anchors: dict[str, int] = {}
+    for (kind, index, _), pos in zip(found, where, strict=True):
+        if kind == ANCHOR and index < len(parser.anchor_names):
+            anchors.setdefault(parser.anchor_names[index], _skip_space(text, pos, len(text)))
+        elif kind == LINK_START:
+            starts[index] = pos
+        elif kind == LINK_END and index in starts and index < len(parser.hrefs):
+            a, b = starts.pop(index), pos
+            a = _skip_space(text, a, b)
+            while b > a and text[b - 1].isspace():
+                b -= 1
+            if a < b:
+                links.append((a, b, parser.hrefs[index]))
+    links.sort(key=lambda x: x[0])
+    apart = [k for i, k in enumerate(links) if i == 0 or k[0] >= links[i - 1][1]]
+    return apart, anchors
+
+
+def _skip_space(text: str, pos: int, end: int) -> int:
+    while pos < end and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _align(marked: str, text: str, offsets: list[int]) -> list[int] | None:
+    """Each offset into ``marked`` (the marked parse with its marks taken out) as an offset
+    into ``text``. The two hold the same words, differing only in white space (a mark kept a
+    space from being collapsed or stripped): an offset inside a word keeps its place in that
+    word, one in white space goes to the next word. None when the words differ."""
+    if marked == text:
+        return offsets
+    ours = [(m.start(), m.end()) for m in _WORDS.finditer(marked)]
+    theirs = [m.start() for m in _WORDS.finditer(text)]
+    if _WORDS.findall(marked) != _WORDS.findall(text):
+        return None
+    starts = [a for a, _ in ours]
+    out = []
+    for offset in offsets:
+        k = bisect_right(starts, offset) - 1
+        if k >= 0 and offset < ours[k][1]:
+            out.append(theirs[k] + offset - ours[k][0])
+        else:
+            out.append(theirs[k + 1] if k + 1 < len(theirs) else len(text))
+    return out
+
+
+def link_target(href: str, name: str) -> tuple[str, str] | None:
+    """The document name (relative to the input root, as ``Document.name``) and fragment an
+    ``href`` of document ``name`` points at; None for another site, a scheme (``mailto:``,
+    ``javascript:``), a root-absolute path, a path above the root, or an empty ``#``."""
+    href = href.strip()
+    if not href:
+        return None
+    try:
+        parts = urlsplit(href)
+    except ValueError:
+        return None
+    if parts.scheme or parts.netloc:
+        return None
+    path, fragment = unquote(parts.path), unquote(parts.fragment)
+    if not path:
+        return (name, fragment) if fragment else None
+    if path.startswith("/"):
+        return None
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
+    if target == ".." or target.startswith("../"):
+        return None
+    if path.endswith("/") or target == ".":
+        target = "index.html" if target == "." else f"{target}/index.html"
+    return target, fragment

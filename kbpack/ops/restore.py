@@ -19,7 +19,7 @@ from kbpack.index.chunk import Chunk
 from kbpack.index.pieces import Piece
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
-from kbpack.text.document import Document, Page, Section, Status
+from kbpack.text.document import Document, Link, Page, Section, Status
 
 
 class PackContents:
@@ -96,11 +96,45 @@ class PackContents:
             decoding=s(F.DOC_DECODING),
             replaced=i(F.DOC_REPLACED),
             warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
+            links=self.links(doc),
+            anchors=dict(self.anchors.get(doc, {})),
         )
 
     def _rows(self, a: int, b: int, *columns: str) -> list[np.ndarray]:
         """Rows ``a`` to ``b`` of each of ``columns``."""
         return [self.r.column(c)[a:b] for c in columns]
+
+    @cached_property
+    def link_rows(self) -> np.ndarray:
+        return self._ranges(F.LINK_DOCUMENT)
+
+    def links(self, doc: int) -> list[Link]:
+        """The links of ``doc`` (spec §3.12) with their targets by name, as extraction gave
+        them: written again, each resolves to the same target and offset."""
+        r = self.r
+        if not r.has_links:
+            return []
+        a, b = int(self.link_rows[doc]), int(self.link_rows[doc + 1])
+        start, end = r.column(F.LINK_FROM), r.column(F.LINK_TO)
+        target, anchor = r.column(F.LINK_TARGET), r.strings(F.LINK_ANCHOR)
+        return [
+            Link(int(start[i]), int(end[i]), self.names[int(target[i])], anchor[i])
+            for i in range(a, b)
+        ]
+
+    @cached_property
+    def anchors(self) -> dict[int, dict[str, int]]:
+        """The anchors each document is linked at, with their offsets: what a pack keeps of a
+        document's anchors (only those some link of the pack leads to)."""
+        r = self.r
+        out: dict[int, dict[str, int]] = {}
+        if not r.has_links:
+            return out
+        target, offset = r.column(F.LINK_TARGET), r.column(F.LINK_TARGET_OFFSET)
+        for i, anchor in enumerate(r.strings(F.LINK_ANCHOR)):
+            if anchor:
+                out.setdefault(int(target[i]), {}).setdefault(anchor, int(offset[i]))
+        return out
 
     def sections(self, doc: int) -> list[Section]:
         r = self.r

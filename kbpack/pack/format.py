@@ -46,6 +46,7 @@ SEARCH = "/search"
 PIECES = "/pieces"
 COPIES = "/copies"
 ROW_DIGESTS = "/row_digests"
+LINKS = "/links"
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -112,6 +113,13 @@ ROW_DOC_NAME = "/row_digests/documents_name"
 ROW_DOC_TITLE = "/row_digests/documents_title"
 ROW_DOC_TEXT_SHA256 = "/row_digests/documents_text_sha256"
 ROW_SEC_TITLE = "/row_digests/sections_title"
+# optional (spec §3.12): links of a document to a document (or a place in one) of the pack
+LINK_DOCUMENT = "/links/document"
+LINK_FROM = "/links/from"
+LINK_TO = "/links/to"
+LINK_TARGET = "/links/target"
+LINK_TARGET_OFFSET = "/links/target_offset"
+LINK_ANCHOR = "/links/anchor"
 # string column -> its row digests
 ROW_DIGEST_OF = {
     DOC_NAME: ROW_DOC_NAME,
@@ -350,6 +358,35 @@ ELEMENTS: tuple[Element, ...] = (
     ),
 )
 
+# Links (spec §3.12), after the allowlist above so that another optional element can be added
+# to it without touching these lines.
+ELEMENTS += (
+    Element(
+        LINKS,
+        "links",
+        "links of a document's text to a document of the pack or a place in one (HTML <a href>)",
+        optional=True,
+    ),
+    _ds(LINK_DOCUMENT, "i4", "links", "document row of the link, ascending", optional=True),
+    _ds(LINK_FROM, "i8", "links", "first code point of the link text", optional=True),
+    _ds(LINK_TO, "i8", "links", "end (exclusive) of the link text", optional=True),
+    _ds(LINK_TARGET, "i4", "links", "document row the link leads to", optional=True),
+    _ds(
+        LINK_TARGET_OFFSET,
+        "i8",
+        "links",
+        "code point of the target document's text the link leads to (its anchor; 0: the start)",
+        optional=True,
+    ),
+    _ds(
+        LINK_ANCHOR,
+        "str",
+        "links",
+        "the fragment of the link's href ('' for none), to resolve it again",
+        optional=True,
+    ),
+)
+
 ELEMENT_BY_PATH = {e.path: e for e in ELEMENTS}
 
 COUNT_KEYS = (
@@ -370,7 +407,7 @@ COUNT_KEYS = (
 # Counts present only in packs that hold the element they count (/pieces: build --pieces;
 # /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs; /bm25/dense_*: written
 # since issue 19's first-query work, absent from older packs).
-OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf")
+OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf", "links")
 
 
 def is_sha256_hex(value: object) -> bool:

@@ -221,6 +221,8 @@ ROW_REFERENCES: dict[str, tuple[str, int]] = {
     F.PIECE_CHUNK: ("chunks", 0),
     F.BM25_CHUNK: ("chunks", 0),
     F.BM25_DENSE_TERMS: ("terms", 0),
+    F.LINK_DOCUMENT: ("documents", 0),
+    F.LINK_TARGET: ("documents", 0),
 }
 
 
@@ -738,6 +740,28 @@ class PackReader:
             self._cache[key] = out
         arr: np.ndarray | None = self._cache[key]
         return arr
+
+    @property
+    def has_links(self) -> bool:
+        """Whether the pack stores links between its documents (``/links``, spec §3.12)."""
+        with hdf5_errors(self.where):
+            return F.LINK_DOCUMENT in self.h5
+
+    def links_of(self, doc: int) -> list[tuple[int, int, int, int, str]]:
+        """The links of document ``doc``, in text order: (from, to, target document row,
+        offset in the target's text, the href's fragment); none in a pack without ``/links``.
+        Every column is read whole and checked against its digest."""
+        if not self.has_links:
+            return []
+        document = self.column(F.LINK_DOCUMENT)
+        lo, hi = (int(x) for x in np.searchsorted(document, [doc, doc + 1]))
+        start, end = self.column(F.LINK_FROM), self.column(F.LINK_TO)
+        target, offset = self.column(F.LINK_TARGET), self.column(F.LINK_TARGET_OFFSET)
+        anchor = self.strings(F.LINK_ANCHOR)
+        return [
+            (int(start[i]), int(end[i]), int(target[i]), int(offset[i]), anchor[i])
+            for i in range(lo, hi)
+        ]
 
     def chunk_content(self, chunk: int) -> str:
         doc = self.value(F.CHUNK_DOCUMENT, chunk)

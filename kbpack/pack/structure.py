@@ -396,6 +396,7 @@ def _check_dataset(
 # query allocated per declared chunk (1.05 GB; issue 30, found 7). Postings: a chunk's distinct
 # terms each take a character and a separator of its text, overlapping chunks repeat some.
 _TEXT_ROWS = {"documents": 1, "sections": 1, "pages": 1, "chunks": 1, "pieces": 1, "copies": 1}
+_TEXT_ROWS |= {"links": 1}  # a link has at least one code point of text (spec §3.12)
 _TEXT_ROWS |= {"terms": 1, "terms_plus_one": 1, "terms_bytes": 1, "postings": 4}
 
 

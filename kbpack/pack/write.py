@@ -208,6 +208,10 @@ class PackWriter:
         self._n_vectors = 0
         self._postings: PostingsLike | None = None
         self._search: dict[str, Any] = {F.SEARCH_MAX_DISTANCE: F.DEFAULT_MAX_DISTANCE}
+        # links (spec §3.12): (document row, from, to, target name, anchor), resolved at
+        # commit, when every document's name is known; the anchors of each document by name
+        self._links: list[tuple[int, int, int, str, str]] = []
+        self._anchors: dict[str, dict[str, int]] = {}
 
     # -- state -----------------------------------------------------------------------------
     def _require(self, state: str, action: str) -> None:
@@ -256,6 +260,7 @@ class PackWriter:
                     f"{doc.name}: expected piece vectors of shape {(n, self.dims)}, got {shape}"
                 )
             _check_pieces(doc, chunks, pieces)
+        _check_links(doc)
         row = len(self._text_lens)
         text = doc.text.encode("utf-8")
         try:
@@ -320,6 +325,10 @@ class PackWriter:
             self._piece["from"].extend([p.start for p in pieces])
             self._piece["to"].extend([p.end for p in pieces])
             self._n_pieces += len(pieces)
+        if doc.status == "ok":
+            self._links.extend((row, k.start, k.end, k.target, k.anchor) for k in doc.links)
+            if doc.anchors:
+                self._anchors[doc.name] = dict(doc.anchors)
         return row
 
     def set_postings(self, postings: PostingsLike) -> None:
@@ -499,6 +508,9 @@ class PackWriter:
         copies = self._copy_groups
         if copies is not None:
             counts["copies"] = int(copies.chunk.size)
+        links = self._resolved_links()
+        if links is not None:
+            counts["links"] = len(links[F.LINK_ANCHOR])
         with (
             h5py.File(self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("v110", "v110")) as h,
             errors_reported_first(),
@@ -524,6 +536,8 @@ class PackWriter:
                 if el.path == F.PIECES and not self.pieces:
                     continue
                 if el.path == F.COPIES and copies is None:
+                    continue
+                if el.path == F.LINKS and links is None:
                     continue
                 g = h.create_group(el.path)
                 attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
@@ -611,11 +625,45 @@ class PackWriter:
                 put(F.COPY_EXACT, copies.exact)
             for path in F.ROW_DIGEST_OF.values():
                 put(path, row_digested[path])
+            if links is not None:
+                for path, values in links.items():
+                    if isinstance(values, np.ndarray):
+                        put(path, values)
+                    else:
+                        put_str(path, values)
             # Write everything out while errors still raise: h5py swallows the errors of
             # writes that happen when a dataset is deallocated ("Exception ignored in
             # __dealloc__"), and its close after such a failure is where HDF5 crashed.
             h.flush()
         return elements, counts
+
+    def _resolved_links(self) -> dict[str, Any] | None:
+        """The ``/links`` columns (spec §3.12): each link whose target is an ``ok`` document
+        of this pack, its anchor resolved to an offset (0 when the target has no such anchor);
+        None when no link is left (the pack then has no ``/links``)."""
+        names = self._docs["name"]
+        statuses = self._docs["status"]
+        row_of = {name: i for i, name in enumerate(names) if statuses[i] == "ok"}
+        rows: list[tuple[int, int, int, int, int, str]] = []
+        for row, start, end, target, anchor in self._links:
+            found = next(
+                (n for n in (target, *(target + s for s in _COMPRESSED)) if n in row_of), None
+            )
+            if found is None:
+                continue
+            offset = self._anchors.get(found, {}).get(anchor, 0) if anchor else 0
+            rows.append((row, start, end, row_of[found], offset, anchor))
+        if not rows:
+            return None
+        rows.sort(key=lambda x: (x[0], x[1]))
+        return {
+            F.LINK_DOCUMENT: np.asarray([x[0] for x in rows], dtype="<i4"),
+            F.LINK_FROM: np.asarray([x[1] for x in rows], dtype="<i8"),
+            F.LINK_TO: np.asarray([x[2] for x in rows], dtype="<i8"),
+            F.LINK_TARGET: np.asarray([x[3] for x in rows], dtype="<i4"),
+            F.LINK_TARGET_OFFSET: np.asarray([x[4] for x in rows], dtype="<i8"),
+            F.LINK_ANCHOR: [x[5] for x in rows],
+        }
 
     def _describe(self, ds: Any, el: F.Element, elements: dict[str, str]) -> None:
         attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
@@ -685,6 +733,28 @@ _CHUNK_COLS = {
 
 
 _PIECE_COLS = {"chunk": "<i4", "from": "<i8", "to": "<i8"}
+
+
+# a link to x.html finds the document x.html.gz (a compressed source keeps its suffix)
+_COMPRESSED = (".gz", ".bz2", ".xz")
+
+
+def _check_links(doc: Document) -> None:
+    """Links and anchors inside the document's text, links in order and apart (spec §3.12)."""
+    n = len(doc.text)
+    end = 0
+    for k in doc.links:
+        if not end <= k.start < k.end <= n:
+            raise ValueError(
+                f"{doc.name}: link [{k.start}, {k.end}) to {k.target} is outside the text "
+                "or overlaps the link before it"
+            )
+        if doc.text[k.start].isspace() or doc.text[k.end - 1].isspace():
+            raise ValueError(f"{doc.name}: link [{k.start}, {k.end}) starts or ends with space")
+        end = k.end
+    for anchor, offset in doc.anchors.items():
+        if not 0 <= offset <= n:
+            raise ValueError(f"{doc.name}: anchor {anchor!r} at {offset} is outside the text")
 
 
 def _check_pieces(doc: Document, chunks: Sequence[ChunkLike], pieces: Sequence[PieceLike]) -> None:

@@ -73,6 +73,8 @@ class Document:
     text: str
     sections: list[Section]
     pages: list[Page]
+    # links to documents of the pack (spec §3.12): (from, to, target name, target offset)
+    links: list[tuple[int, int, str, int]] = field(default_factory=list)
 
     def section_at(self, offset: int) -> list[Section]:
         """The sections containing ``offset``, outermost first (the breadcrumb)."""
@@ -379,6 +381,7 @@ class Library:
             text=r.text(row),
             sections=sections,
             pages=pages,
+            links=[(a, b, names[t], at) for a, b, t, at, _ in r.links_of(row)],
         )
 
     def matching_documents(self, pack: str | None, pattern: str) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from bisect import bisect_right
 from importlib import resources
 from typing import Any, TypedDict
 from urllib.parse import quote, urlencode
@@ -23,7 +24,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from kbpack.answer.grounding import CITATION
-from kbpack.errors import KbpackError, UsageError, describe
+from kbpack.errors import KbpackError, PackError, UsageError, describe
+from kbpack.pack.read import DamagedDataError
 from kbpack.runtime.terminal import printable
 from kbpack.schema import SCHEMA
 from kbpack.serve.asking import Asker, Busy, answer_json
@@ -97,7 +99,25 @@ def create_app(
         return HTMLResponse(html, status_code=status)
 
     def error_page(e: KbpackError) -> HTMLResponse:
+        if isinstance(e, PackError):
+            return damaged_page(e)
         return page("error.html", status=http_status(e), message=str(e))
+
+    def damaged_page(e: PackError) -> HTMLResponse:
+        """A pack that fails a check while it is read (served with ``--no-verify``, or damaged
+        since it was checked): what is wrong, in the pack's own words, and what to do."""
+        message = str(e)
+        hit = next((p for p in library.packs.values() if str(p.path) in message), None)
+        return page(
+            "damaged.html",
+            status=500,
+            message=message,
+            damaged=isinstance(e, DamagedDataError) or " is damaged" in message,
+            where=f"the pack “{hit.name}”" if hit else "a served pack",
+            path=str(hit.path) if hit else "PACK",
+            checked=bool(hit and hit.status.get("checked")),
+            others=[name for name in library.packs if hit is None or name != hit.name],
+        )
 
     def search_page(request: Request) -> Response:
         q = request.query_params
@@ -149,6 +169,8 @@ def create_app(
                             "did_you_mean": did_you_mean(form, resp),
                         }
                     )
+            except PackError as e:
+                return damaged_page(e)
             except KbpackError as e:
                 return page("search.html", status=http_status(e), form=form, groups=[], error=e)
         box = answer_box(library, asker, form) if q.get("ask") and form["q"].strip() else None
@@ -159,10 +181,12 @@ def create_app(
         try:
             doc = library.document(q.get("pack"), request.path_params["name"])
             hit = hit_span(doc, q.get("from"), q.get("to"))
-            view = view_span(doc, hit, q.get("page"))
+            place = place_at(doc, q.get("at"))
+            shown = hit or (None if place is None else (place, place))
+            view = view_span(doc, shown, q.get("page"))
         except KbpackError as e:
             return error_page(e)
-        at = hit[0] if hit else view[0]
+        at = shown[0] if shown else view[0]
         page_ = doc.page_at(at) if doc.pages else None
         return page(
             "doc.html",
@@ -172,7 +196,7 @@ def create_app(
             page_=page_,
             crumbs=[s for s in doc.section_at(at) if s.level > 0],
             outline=[s for s in doc.sections if s.level > 0],
-            body=render_text(doc, hit, view),
+            body=render_text(doc, hit, view, place),
             whole_href=reader_href(doc.pack, doc.name, *(hit or (None, None)), whole=True),
             page_href=lambda n: doc_href(doc.pack, doc.name) + "&" + urlencode({"page": n}),
         )
@@ -347,6 +371,25 @@ def hit_span(doc: Document, start: str | None, end: str | None) -> tuple[int, in
     return a, b
 
 
+def place_at(doc: Document, raw: str | None) -> int | None:
+    """``at``: the place a link of the pack leads to (an offset into the canonical text)."""
+    if raw is None or raw == "":
+        return None
+    try:
+        at = int(raw)
+    except ValueError:
+        raise UsageError("at must be a whole number (a character offset)") from None
+    if not 0 <= at <= len(doc.text):
+        raise UsageError(f"{doc.name}: at={at} is outside the text (0..{len(doc.text)} characters)")
+    return at
+
+
+def link_href(pack: str, name: str, offset: int) -> str:
+    """The reader at the place a link leads to: its document, scrolled to ``#at``."""
+    href = doc_href(pack, name)
+    return href + f"&at={offset}#at" if offset else href
+
+
 def view_span(doc: Document, hit: tuple[int, int] | None, page: str | None) -> tuple[int, int]:
     """What the reader shows: a paged document (PDF) one page at a time, the page of the hit
     by default (widened to hold the whole hit); ``page=all`` or an unpaged one: everything."""
@@ -410,13 +453,27 @@ def highlight(text: str, terms: set[str]) -> Markup:
 _FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
 
 
-def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int]) -> Markup:
+def render_text(
+    doc: Document,
+    hit: tuple[int, int] | None,
+    view: tuple[int, int],
+    place: int | None = None,
+) -> Markup:
     """The canonical text in ``view``, escaped, with an anchor at each section start, a marker at
-    each page start and the hit in ``<mark id="hit">``. For reading, not for quoting: Markdown's
-    fenced code shows as code without its fence lines, and a PDF's hard line breaks inside a
-    paragraph show as spaces. Offsets, anchors and the hit are those of the canonical text."""
+    each page start, the hit in ``<mark id="hit">``, the place a link led to as ``#at`` and the
+    pack's links (spec §3.12) as ``<a class="xref">`` to the page and place they lead to. For
+    reading, not for quoting: Markdown's and HTML's fenced code shows as code without its fence
+    lines, and a PDF's hard line breaks inside a paragraph show as spaces. Offsets, anchors and
+    the hit are those of the canonical text."""
     lo, hi = view
     marks: dict[int, list[str]] = {}
+    if place is not None and lo <= place <= hi:
+        marks.setdefault(place, []).append('<span class="anchor" id="at"></span>')
+    links = [
+        (max(a, lo), min(b, hi), link_href(doc.pack, target, offset))
+        for a, b, target, offset in doc.links
+        if a < hi and b > lo
+    ]
     for s in doc.sections:
         if s.level > 0 and lo <= s.start < hi:
             marks.setdefault(s.start, []).append(f'<span class="anchor" id="s{s.row}"></span>')
@@ -427,12 +484,23 @@ def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int
             )
     fences, code = _code_blocks(doc, lo, hi)
     cuts = {lo, hi, *marks, *(x for span in fences | code for x in span)}
+    cuts |= {x for a, b, _ in links for x in (a, b)}
+    headings = _heading_lines(doc, lo, hi)
+    cuts |= {x for a, b, _ in headings for x in (a, b)}
+    link_starts = [a for a, _, _ in links]
+    heading_starts = [a for a, _, _ in headings]
     if hit:
         cuts |= {max(lo, hit[0]), min(hi, hit[1])}
     points = sorted(c for c in cuts if lo <= c <= hi)
     out: list[str] = []
+    # the hit is one <mark id=hit> around every piece inside it (each piece is cut at its ends)
+    shown = (max(lo, hit[0]), min(hi, hit[1])) if hit and hit[0] < hit[1] else None
     for a, b in zip(points, [*points[1:], None], strict=True):
+        if shown and a == shown[1]:
+            out.append("</mark>")
         out.extend(marks.get(a, []))
+        if shown and a == shown[0]:
+            out.append("<mark id=hit>")
         if b is None:
             break
         chunk = str(escape(_for_reading(doc, a, b)))
@@ -440,21 +508,36 @@ def render_text(doc: Document, hit: tuple[int, int] | None, view: tuple[int, int
             chunk = f'<span class="fence">{chunk}</span>'
         elif any(c[0] <= a and b <= c[1] for c in code):
             chunk = f'<code class="block">{chunk}</code>'
-        if hit and hit[0] <= a and b <= hit[1] and hit[0] < hit[1]:
-            first = a == max(lo, hit[0])
-            chunk = f"<mark{' id=hit' if first else ''}>{chunk}</mark>"
+        k = bisect_right(heading_starts, a) - 1  # headings are in text order and apart
+        if k >= 0 and b <= headings[k][1]:
+            level = min(headings[k][2], 6)
+            chunk = f'<strong class="heading level{level}">{chunk}</strong>'
+        k = bisect_right(link_starts, a) - 1  # links are in text order and apart
+        href = links[k][2] if k >= 0 and b <= links[k][1] else None
+        if href is not None:
+            chunk = f'<a class="xref" href="{escape(href)}">{chunk}</a>'
         out.append(chunk)
     return Markup("".join(out))
+
+
+def _heading_lines(doc: Document, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """The line each section starts with (its heading), as (from, to, level) in ``[lo, hi)``."""
+    out = []
+    for s in doc.sections:
+        if s.level > 0 and lo <= s.start < hi:
+            end = doc.text.find("\n", s.start, s.end)
+            out.append((s.start, min(hi, end if end != -1 else s.end), s.level))
+    return out
 
 
 def _code_blocks(
     doc: Document, lo: int, hi: int
 ) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
-    """Markdown fenced code in ``[lo, hi)``: the fence lines (with their line ends) and the code
-    between them, as canonical-text spans."""
+    """Markdown fenced code (and HTML ``<pre>``, fenced alike) in ``[lo, hi)``: the fence lines
+    (with their line ends) and the code between them, as canonical-text spans."""
     fences: set[tuple[int, int]] = set()
     code: set[tuple[int, int]] = set()
-    if doc.kind != "markdown":
+    if doc.kind not in ("md", "markdown", "html"):  # HTML's <pre> is fenced too (extract/html.py)
         return fences, code
     for m in _FENCE.finditer(doc.text):
         if m.end() <= lo or m.start() >= hi:
@@ -512,6 +595,7 @@ def document_json(doc: Document, start: int, end: int) -> dict[str, Any]:
             for s in doc.sections
         ],
         "pages": [{"number": p.number, "from": p.start, "to": p.end} for p in doc.pages],
+        "links": [{"from": a, "to": b, "name": t, "at": at} for a, b, t, at in doc.links],
     }
 
 

@@ -38,6 +38,20 @@ class Page:
     end: int
 
 
+@dataclass(frozen=True)
+class Link:
+    """A link of the source to a document of the pack (HTML ``<a href>``): the link text is
+    ``text[start:end]``; ``target`` is the target document's name (spec §3.1 ``name``) and
+    ``anchor`` the fragment inside it (empty: the document's start). Links are resolved to
+    pack rows and offsets when the pack is written (spec §3.12); a target the pack does not
+    hold is left out there."""
+
+    start: int
+    end: int
+    target: str
+    anchor: str = ""
+
+
 @dataclass
 class Document:
     """One source file after extraction. A failed document has ``status='failed'``, a one-line
@@ -60,6 +74,8 @@ class Document:
     decoding: str = ""  # how the bytes became text, e.g. "utf-8", "utf-16 (BOM)", "cp1252"
     replaced: int = 0  # characters removed or replaced while sanitising (NUL, lone surrogates)
     warnings: list[str] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)  # in order of ``start``
+    anchors: dict[str, int] = field(default_factory=dict)  # fragment -> offset in ``text``
 
     @property
     def kind(self) -> str:

@@ -21,6 +21,7 @@ from kbpack.verify.digests import ElementDigests
 from kbpack.verify.invariants.bm25 import Bm25Invariants
 from kbpack.verify.invariants.copies import CopyInvariants
 from kbpack.verify.invariants.group_attributes import GroupAttributeInvariants
+from kbpack.verify.invariants.links import LinkInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
 from kbpack.verify.invariants.row_digests import RowDigestInvariants
 from kbpack.verify.invariants.text import Invariants
@@ -134,6 +135,7 @@ class Examiner(
     CopyInvariants,
     GroupAttributeInvariants,
     RowDigestInvariants,
+    LinkInvariants,
     Bm25Invariants,
 ):
     """Steps 3-5 in order, each check turned into findings instead of exceptions."""
@@ -198,6 +200,7 @@ class Examiner(
             self._check_chunks,
             self._check_bm25,
             self._check_row_digests,
+            self._check_links,
         )
 
     def late_invariants(self, h: Any) -> None:

@@ -60,6 +60,8 @@ RUNS: dict[str, list[str] | None] = {
     "serve": None,
     "mcp": None,
     "completion": ["bash"],
+    "cache show": [],
+    "cache clear": ["--dry-run"],  # a real clear would empty the session's cache mid-run
     "bundle": ["--check", "{bundle}"],
 }
 
