@@ -66,9 +66,40 @@ def test_eta_from_tokens_counts_down(monkeypatch: pytest.MonkeyPatch) -> None:
         p.embedded(texts=1, tokens=50)
     p._last = 0.0
     p.building(2, 4, 250, chunks=10)  # 500 tokens in 10 s, half the bytes read
-    # left: 500 tokens per 500 bytes x 500 bytes = 500 tokens, at 50 tokens/s = 10 s
+    # the second document is read but none of its texts has gone to the model: the ratio is
+    # still the first's, 500 tokens per 250 bytes, for the 750 bytes whose texts are to come
     last = draws(term)[-1]
-    assert "10 chunks embedded (500 tokens)" in last and "ETA ~10s" in last, last
+    assert "10 chunks embedded (500 tokens)" in last and "ETA ~30s" in last, last
+    p.done()
+
+
+def test_eta_extrapolates_extracted_text_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PDF holds few characters per byte, an HTML page many more markup than text: once
+    the build says what it extracted, the tokens left follow the text, per file type."""
+    clock = [1000.0]
+    monkeypatch.setattr(
+        kbpack.runtime.progress, "time", SimpleNamespace(monotonic=lambda: clock[0])
+    )
+    p = Progress(stream=Terminal(), tick_s=3600)
+    p.source_bytes_total = 3000
+    p.source_bytes_by_kind = {".pdf": 2000, ".html": 1000}
+    p.extracted("a.pdf", 1000, 1000)  # 1 character per PDF byte
+    p.extracted("b.html", 1000, 200)  # the page's text: 200 of its 1000 bytes
+    p.building(1, 3, 1000, chunks=0, chars=1000)
+    p.embedding(texts=10, tokens=250)  # 0.25 tokens per character
+    for _ in range(5):  # 250 tokens in 5 s
+        clock[0] += 1
+        p.embedded(texts=2, tokens=50)
+    # left: b.html's 200 characters and c.pdf's 1000 bytes x 1 per byte = 1200 characters
+    # = 300 tokens, at 50 tokens/s (by bytes it would be 2000 bytes = 500 tokens: 10 s)
+    assert p._eta() == pytest.approx(6.0)
+    p.building(2, 3, 1000, chunks=3, chars=200)
+    p.embedding(texts=2, tokens=50)
+    p.embedded(texts=1, tokens=25, reused=True)  # from the cache: costs no model time
+    clock[0] += 1
+    p.embedded(texts=1, tokens=25)
+    # the model read 275 of the 300 tokens announced for 1200 characters; 1000 are left
+    assert p._eta() == pytest.approx(275 / 1200 * 1000 / (275 / 6), rel=0.01)
     p.done()
 
 
