@@ -15,7 +15,9 @@ threads. A script: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import inspect
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -59,6 +61,9 @@ class Recording(Progress):
     def building(self, *a):
         events.append((time.perf_counter() - t0, "building", a))
         super().building(*a)
+    def extracted(self, *a):
+        events.append((time.perf_counter() - t0, "extracted", a))
+        super().extracted(*a)
     def embedding(self, *a):
         events.append((time.perf_counter() - t0, "embedding", a))
         super().embedding(*a)
@@ -73,7 +78,8 @@ print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time(),
                   "seconds": r.seconds, "size": r.size,
                   "texts": getattr(r, "embeddings_total", 0), "tokens": r.tokens_embedded,
                   "trace": trace, "events": events,
-                  "source_bytes_total": p.source_bytes_total if p else 0}))
+                  "source_bytes_total": p.source_bytes_total if p else 0,
+                  "source_bytes_by_kind": p.source_bytes_by_kind if p else {}}))
 """
 
 
@@ -127,13 +133,15 @@ def replay(run: dict[str, Any], mod: types.ModuleType) -> list[tuple[float, floa
     try:
         p = mod.Progress(stream=_Tty(), tick_s=1e9)
         p.source_bytes_total = run["source_bytes_total"]
+        p.source_bytes_by_kind = dict(run.get("source_bytes_by_kind", {}))
         out = []
         for t, name, args in run["events"]:
             now[0] = t
             if name == "embedded":
                 p.embedded(*args[:2], reused=args[2])
-            else:
-                getattr(p, name)(*args)
+            elif hasattr(p, name):  # an older Progress hears of less (no ``extracted``)
+                method = getattr(p, name)
+                method(*args[: len(inspect.signature(method).parameters)])
             eta = p._eta()
             if eta is not None:
                 out.append((t, eta))
@@ -141,6 +149,16 @@ def replay(run: dict[str, Any], mod: types.ModuleType) -> list[tuple[float, floa
     finally:
         mod.__dict__["time"] = real_time
     return out
+
+
+def longest_still(run: dict[str, Any]) -> float:
+    """The longest time between two counts the line shows (any progress event) from the
+    first embedding call on: how long the line's numbers stood still (the ticker still
+    redraws the clock and the ETA every second)."""
+    times = [t for t, name, _ in run["events"] if name != "extracted"]
+    first = next((t for t, name, _ in run["events"] if name == "embedding"), None)
+    times = [t for t in times if first is not None and t >= first]
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def eta_errors(trace: list[tuple[float, float]], total: float) -> dict[str, float | None]:
@@ -174,6 +192,7 @@ def main() -> int:
             for rev in [None, *args.rev]:
                 errors = eta_errors(replay(run, progress_module(rev)), run["wall"])
                 print(f"{path.name} {rev or 'this tree'}: ETA error {json.dumps(errors)}")
+            print(f"{path.name}: counts stood still at most {longest_still(run):.1f}s")
         return 0
     corpus = str(args.corpus.resolve())
     threads = str(args.threads)
@@ -208,6 +227,7 @@ def main() -> int:
         else None,
         "eta_error": eta_errors([tuple(x) for x in ours["trace"]], ours["wall"]),
         "eta_error_replayed": eta_errors(replay(ours, progress_module(None)), ours["wall"]),
+        "longest_still_s": round(longest_still(ours), 1),
         "dry_run_s": round(dry["wall"], 1),
         "load_average": os.getloadavg()[0],
     }

@@ -163,7 +163,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--baseline", type=Path, help="a kbpack tree (PYTHONPATH), e.g. 0.2.0's")
-    ap.add_argument("--floor-batch", default="256,512", help="llama_decode token budgets tried")
+    ap.add_argument("--floor-batch", default="128,256,512", help="llama_decode token budgets tried")
     ap.add_argument("--sample", type=int, default=400, help="texts to choose the floor batch on")
     ap.add_argument("--keep", type=Path, help="keep kbpack's (first) pack here")
     ap.add_argument("--options", default="{}", help="JSON of extra BuildOptions for kbpack's build")
