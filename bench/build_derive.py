@@ -37,16 +37,24 @@ from kbpack.search.fusion import DENSE_WEIGHT  # noqa: E402
 
 
 def derived(
-    chunks: np.ndarray, owner: np.ndarray, lengths: np.ndarray, pieces: np.ndarray, weighted: bool
+    chunks: np.ndarray,
+    owner: np.ndarray,
+    lengths: np.ndarray,
+    pieces: np.ndarray,
+    weighted: bool,
+    unit: bool = True,
 ) -> np.ndarray:
-    """``chunks`` with each chunk that has pieces replaced by their (weighted) mean, unit."""
+    """``chunks`` with each chunk that has pieces replaced by their (weighted) mean, unit
+    (``unit``) or as it is."""
     out = chunks.copy()
     w = lengths.astype(np.float64) if weighted else np.ones(len(owner))
     sums = np.zeros_like(chunks, dtype=np.float64)
     np.add.at(sums, owner, pieces.astype(np.float64) * w[:, None])
+    totals = np.zeros(len(chunks))
+    np.add.at(totals, owner, w)
     has = np.unique(owner)
-    v = sums[has]
-    out[has] = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+    v = sums[has] / totals[has, None]
+    out[has] = (v / np.linalg.norm(v, axis=1, keepdims=True) if unit else v).astype(np.float32)
     return out
 
 
@@ -63,6 +71,8 @@ def main() -> int:
         "embedded": chunks,
         "chars-weighted mean": derived(chunks, owner, lengths, pieces, True),
         "uniform mean": derived(chunks, owner, lengths, pieces, False),
+        # not re-normalised: a chunk's cosine is then the weighted mean of its pieces' cosines
+        "chars-weighted mean, not normalised": derived(chunks, owner, lengths, pieces, True, False),
     }
     has = np.unique(owner)
     for name, v in variants.items():

@@ -185,13 +185,20 @@ def main() -> int:
         help="no build: replay saved events through this tree's ETA (and --rev's)",
     )
     ap.add_argument("--rev", nargs="*", default=[], help="git revisions whose ETA to replay too")
+    ap.add_argument("--windows", type=float, nargs="*", default=[], help="rate windows to try (s)")
     args = ap.parse_args()
     if args.replay:
         for path in args.replay:
             run = json.loads(path.read_text())
             for rev in [None, *args.rev]:
-                errors = eta_errors(replay(run, progress_module(rev)), run["wall"])
+                mod = progress_module(rev)
+                errors = eta_errors(replay(run, mod), run["wall"])
                 print(f"{path.name} {rev or 'this tree'}: ETA error {json.dumps(errors)}")
+                for window in args.windows:  # the rate's window, other than the module's
+                    kept, mod.RATE_WINDOW_S = mod.RATE_WINDOW_S, window
+                    errors = eta_errors(replay(run, mod), run["wall"])
+                    mod.RATE_WINDOW_S = kept
+                    print(f"  rate over {window:g}s: {json.dumps(errors)}")
             print(f"{path.name}: counts stood still at most {longest_still(run):.1f}s")
         return 0
     corpus = str(args.corpus.resolve())
