@@ -86,7 +86,10 @@ import llama_cpp
 data = json.load(open(sys.argv[1]))
 threads, sizes, sample = int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
 tokens = sorted(data["tokens"], key=len)
+longest = max(map(len, tokens))
 def load(n):
+    # room for the longest text, which goes alone when it exceeds the budget n
+    n = max(n, -(-longest // 256) * 256)
     return llama_cpp.Llama(model_path=data["model"], embedding=True, n_ctx=n, n_batch=n,
                            n_ubatch=n, n_threads=threads, n_threads_batch=threads,
                            flash_attn=True, verbose=False)
