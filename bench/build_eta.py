@@ -195,9 +195,9 @@ def main() -> int:
                 errors = eta_errors(replay(run, mod), run["wall"])
                 print(f"{path.name} {rev or 'this tree'}: ETA error {json.dumps(errors)}")
                 for window in args.windows:  # the rate's window, other than the module's
-                    kept, mod.RATE_WINDOW_S = mod.RATE_WINDOW_S, window
+                    kept, mod.__dict__["RATE_WINDOW_S"] = mod.__dict__["RATE_WINDOW_S"], window
                     errors = eta_errors(replay(run, mod), run["wall"])
-                    mod.RATE_WINDOW_S = kept
+                    mod.__dict__["RATE_WINDOW_S"] = kept
                     print(f"  rate over {window:g}s: {json.dumps(errors)}")
             print(f"{path.name}: counts stood still at most {longest_still(run):.1f}s")
         return 0

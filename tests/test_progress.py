@@ -103,6 +103,43 @@ def test_eta_extrapolates_extracted_text_not_bytes(monkeypatch: pytest.MonkeyPat
     p.done()
 
 
+def test_a_builds_tokens_left_follow_its_text_not_its_bytes(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A real build of a folder where one page is mostly markup: from the first embedding
+    call on, the tokens the line expects are within 15% of those the model then reads (by
+    source bytes the markup page alone would promise several times the build's tokens)."""
+    from kbpack.ops.build import BuildOptions, build
+
+    src = tmp_path / "docs"
+    src.mkdir()
+
+    def prose(name: str) -> str:  # distinct sentences (a block shared by all would be furniture)
+        return " ".join(f"Step {i} of {name} keeps batch {i * 7} on disk." for i in range(60))
+
+    (src / "a.md").write_text("# Alpha\n\n" + prose("alpha"))
+    markup = "<div class='nav x y z'><span style='color:red'></span></div>\n" * 2000
+    (src / "b.html").write_text(
+        f"<html><body>{markup}<h1>Beta</h1><p>{prose('beta')}</p>{markup}</body></html>"
+    )
+    (src / "c.md").write_text("# Gamma\n\n" + prose("gamma"))
+    seen: list[tuple[float | None, int]] = []  # (tokens expected, tokens of this call)
+
+    class Watching(Progress):
+        def embedding(self, texts: int, tokens: int) -> None:
+            super().embedding(texts, tokens)
+            seen.append((self.tokens_left(), tokens))
+
+    build(
+        BuildOptions(sources=[src], out=tmp_path / "p.kbpack", model=tiny_model, pieces=True),
+        Watching(stream=Terminal(), tick_s=3600),
+    )
+    assert len(seen) >= 3, seen  # one call per document at least
+    for k, (expected, _) in enumerate(seen):
+        actual = sum(tokens for _, tokens in seen[k:])
+        assert expected == pytest.approx(actual, rel=0.15), (k, seen)
+
+
 def test_the_eta_follows_the_recent_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     """A build that slows down (longer texts, a busier machine) gets a longer ETA within
     a minute, instead of the whole run's average."""

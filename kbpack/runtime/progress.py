@@ -222,12 +222,18 @@ class Progress:
         return (n1 - n0) / (t1 - t0)
 
     def _eta(self) -> float | None:
-        """Seconds left: the tokens the model still has to read over the recent token rate;
-        None until there is a rate. Tokens left: what is left of the call in flight, plus
-        the tokens per character of the texts batched so far times the characters still to
-        batch (see the module's docstring); without extraction reports, per source byte."""
+        """Seconds left: :meth:`tokens_left` over the recent token rate; None until there is
+        a rate."""
         rate = self.rate()
-        if rate is None or not self._bytes_batched:
+        left = self.tokens_left()
+        return None if rate is None or left is None else left / rate
+
+    def tokens_left(self) -> float | None:
+        """Tokens the model still has to read: what is left of the call in flight, plus the
+        tokens per character of the texts batched so far times the characters still to batch
+        (see the module's docstring); without extraction reports, per source byte. None
+        before the first batch."""
+        if not self._bytes_batched:
             return None
         # the model's work so far: every token announced but those the cache supplied
         work = self._tokens_done + self._tokens_in_flight - self._reused_tokens
@@ -238,7 +244,7 @@ class Progress:
             left += (work / self._bytes_batched) * max(
                 0, self.source_bytes_total - self._bytes_batched
             )
-        return max(0.0, left) / rate
+        return max(0.0, left)
 
     def _chars_total(self) -> float:
         """Characters of text in the whole build: those extracted, and for the bytes of each
