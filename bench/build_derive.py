@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -58,15 +59,40 @@ def derived(
     return out
 
 
+def headerless(pack: Any, cache: Path) -> np.ndarray:
+    """Every piece's content embedded alone (behind the document prefix, without the chunk's
+    header), as float16-rounded unit vectors like the stored ones; kept in ``cache``."""
+    if cache.exists():
+        return np.asarray(np.load(cache), np.float32)
+    r = pack.reader
+    owner = r.column(F.PIECE_CHUNK)
+    start, end = r.column(F.PIECE_FROM), r.column(F.PIECE_TO)
+    doc_of = r.column(F.CHUNK_DOCUMENT)
+    texts = [
+        r.text(int(doc_of[int(c)]))[int(a) : int(b)]
+        for c, a, b in zip(owner, start, end, strict=True)
+    ]
+    vectors = pack.searcher.embedder.embed_documents(texts).astype(np.float16)
+    np.save(cache, vectors)
+    return np.asarray(vectors, np.float32)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pack", type=Path)
+    ap.add_argument(
+        "--headerless",
+        type=Path,
+        help="also pieces embedded without their chunk's header (vectors cached in this .npy)",
+    )
     args = ap.parse_args()
     with h5py.File(args.pack, "r") as f:
         chunks = f[F.VEC_DATA][...].astype(np.float32)
         pieces = f[F.PIECE_DATA][...].astype(np.float32)
         owner = f[F.PIECE_CHUNK][...].astype(np.int64)
         lengths = f[F.PIECE_TO][...] - f[F.PIECE_FROM][...]
+    with kbpack.open(args.pack) as pack:
+        bare = headerless(pack, args.headerless) if args.headerless else None
     variants = {
         "embedded": chunks,
         "chars-weighted mean": derived(chunks, owner, lengths, pieces, True),
@@ -74,9 +100,13 @@ def main() -> int:
         # not re-normalised: a chunk's cosine is then the weighted mean of its pieces' cosines
         "chars-weighted mean, not normalised": derived(chunks, owner, lengths, pieces, True, False),
     }
+    piece_sets = {name: pieces for name in variants}
+    if bare is not None:  # the chunks' own vectors, pieces embedded without their header
+        variants["pieces without header"] = chunks
+        piece_sets["pieces without header"] = bare
     has = np.unique(owner)
     for name, v in variants.items():
-        if name != "embedded":
+        if v is not chunks:
             agree = np.sum(v[has] * chunks[has], axis=1)
             print(
                 f"{name}: cosine to the embedded chunk vector over {has.size} chunks with "
@@ -96,8 +126,9 @@ def main() -> int:
             bm25[ids] = sc
             want = normalize(q.needle)
             gold = {c for c, text in enumerate(contents) if want in text}
-            piece_cos = pieces @ qv
+            piece_cos_of = {id(m): m @ qv for m in piece_sets.values()}
             for name, v in variants.items():
+                piece_cos = piece_cos_of[id(piece_sets[name])]
                 cos = (v @ qv).astype(np.float64)
                 best = cos.copy()
                 best[owner[starts]] = np.maximum.reduceat(piece_cos, starts)
