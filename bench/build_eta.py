@@ -15,16 +15,21 @@ threads. A script: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import inspect
+import io
+import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 _DRY = """
 import json, sys, time
@@ -33,7 +38,7 @@ t = time.perf_counter()
 from kbpack.ops.build import BuildOptions, build
 from kbpack.ops.estimate import DryRun
 o = BuildOptions(sources=[Path(sys.argv[1])], out=Path(sys.argv[2]), threads=int(sys.argv[3]),
-                 pieces=True)
+                 pieces=True, include=json.loads(sys.argv[4]))
 r = build(o, dry=DryRun())
 print(json.dumps({**r.dry_run, "size": r.size, "wall": time.perf_counter() - t}))
 """
@@ -44,7 +49,7 @@ from pathlib import Path
 t0 = time.perf_counter()
 from kbpack.ops.build import BuildOptions, build
 from kbpack.runtime.progress import Progress
-trace = []
+trace, events = [], []
 class Tty(io.StringIO):
     def isatty(self): return True
 class Recording(Progress):
@@ -52,13 +57,29 @@ class Recording(Progress):
         super().update(*a, **k)
         if k.get("eta_s") is not None:
             trace.append((time.perf_counter() - t0, k["eta_s"]))
+    # every call the ETA hears of, with its time, for replaying other estimators (--replay)
+    def building(self, *a):
+        events.append((time.perf_counter() - t0, "building", a))
+        super().building(*a)
+    def extracted(self, *a):
+        events.append((time.perf_counter() - t0, "extracted", a))
+        super().extracted(*a)
+    def embedding(self, *a):
+        events.append((time.perf_counter() - t0, "embedding", a))
+        super().embedding(*a)
+    def embedded(self, *a, **k):
+        events.append((time.perf_counter() - t0, "embedded", (*a, k.get("reused", False))))
+        super().embedded(*a, **k)
 o = BuildOptions(sources=[Path(sys.argv[1])], out=Path(sys.argv[2]), threads=int(sys.argv[3]),
-                 pieces=True)
+                 pieces=True, include=json.loads(sys.argv[5]))
 p = Recording(stream=Tty()) if sys.argv[4] == "trace" else None
 r = build(o, p)
 print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time(),
                   "seconds": r.seconds, "size": r.size,
-                  "texts": getattr(r, "embeddings_total", 0), "tokens": r.tokens_embedded, "trace": trace}))
+                  "texts": getattr(r, "embeddings_total", 0), "tokens": r.tokens_embedded,
+                  "trace": trace, "events": events,
+                  "source_bytes_total": p.source_bytes_total if p else 0,
+                  "source_bytes_by_kind": p.source_bytes_by_kind if p else {}}))
 """
 
 
@@ -81,6 +102,65 @@ def child(code: str, pythonpath: Path, *args: str) -> dict[str, Any]:
     return result
 
 
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def progress_module(rev: str | None) -> types.ModuleType:
+    """kbpack/runtime/progress.py of this tree (None) or of a git revision, to replay."""
+    if rev is None:
+        import kbpack.runtime.progress as mod
+
+        return mod
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:kbpack/runtime/progress.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    mod = types.ModuleType(f"progress_{rev}")
+    exec(compile(source, f"{rev}:kbpack/runtime/progress.py", "exec"), mod.__dict__)
+    return mod
+
+
+def replay(run: dict[str, Any], mod: types.ModuleType) -> list[tuple[float, float]]:
+    """The ETA ``mod``'s Progress would have shown at each recorded event of ``run`` (its
+    clock replaced by the events' times): [(seconds since start, ETA)]."""
+    now = [0.0]
+    real_time = mod.__dict__["time"]
+    mod.__dict__["time"] = types.SimpleNamespace(monotonic=lambda: now[0])
+    try:
+        p = mod.Progress(stream=_Tty(), tick_s=1e9)
+        p.source_bytes_total = run["source_bytes_total"]
+        p.source_bytes_by_kind = dict(run.get("source_bytes_by_kind", {}))
+        out = []
+        for t, name, args in run["events"]:
+            now[0] = t
+            if name == "embedded":
+                p.embedded(*args[:2], reused=args[2])
+            elif hasattr(p, name):  # an older Progress hears of less (no ``extracted``)
+                method = getattr(p, name)
+                method(*args[: len(inspect.signature(method).parameters)])
+            eta = p._eta()
+            if eta is not None:
+                out.append((t, eta))
+        p._stop_ticker()
+    finally:
+        mod.__dict__["time"] = real_time
+    return out
+
+
+def longest_still(run: dict[str, Any]) -> float:
+    """The longest time between two counts the line shows (any progress event) from the
+    first embedding call on: how long the line's numbers stood still (the ticker still
+    redraws the clock and the ETA every second)."""
+    times = [t for t, name, _ in run["events"] if name != "extracted"]
+    first = next((t for t, name, _ in run["events"] if name == "embedding"), None)
+    times = [t for t in times if first is not None and t >= first]
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
 def eta_errors(trace: list[tuple[float, float]], total: float) -> dict[str, float | None]:
     errors: dict[str, float | None] = {}
     for share in (0.1, 0.5, 0.9):
@@ -96,10 +176,35 @@ def main() -> int:
     ap.add_argument("--corpus", type=Path, default=ROOT / "fixtures" / "eval" / "corpus")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--baseline", type=Path, help="a kbpack tree (PYTHONPATH) to time against")
+    ap.add_argument("--include", nargs="*", default=[], help="build's --include globs")
+    ap.add_argument("--events-out", type=Path, help="save the build's progress events (JSON)")
+    ap.add_argument(
+        "--replay",
+        type=Path,
+        nargs="+",
+        help="no build: replay saved events through this tree's ETA (and --rev's)",
+    )
+    ap.add_argument("--rev", nargs="*", default=[], help="git revisions whose ETA to replay too")
+    ap.add_argument("--windows", type=float, nargs="*", default=[], help="rate windows to try (s)")
     args = ap.parse_args()
+    if args.replay:
+        for path in args.replay:
+            run = json.loads(path.read_text())
+            for rev in [None, *args.rev]:
+                mod = progress_module(rev)
+                errors = eta_errors(replay(run, mod), run["wall"])
+                print(f"{path.name} {rev or 'this tree'}: ETA error {json.dumps(errors)}")
+                for window in args.windows:  # the rate's window, other than the module's
+                    kept, mod.__dict__["RATE_WINDOW_S"] = mod.__dict__["RATE_WINDOW_S"], window
+                    errors = eta_errors(replay(run, mod), run["wall"])
+                    mod.__dict__["RATE_WINDOW_S"] = kept
+                    print(f"  rate over {window:g}s: {json.dumps(errors)}")
+            print(f"{path.name}: counts stood still at most {longest_still(run):.1f}s")
+        return 0
     corpus = str(args.corpus.resolve())
     threads = str(args.threads)
-    dry = child(_DRY, ROOT, corpus, threads)
+    include = json.dumps(args.include)
+    dry = child(_DRY, ROOT, corpus, threads, include)
     print(
         f"dry run: {dry['wall']:.1f}s, {dry['texts']} texts, {dry['tokens']} tokens, "
         f"sample {dry['sample']['tokens_per_s']:.0f} tokens/s -> estimated "
@@ -107,7 +212,9 @@ def main() -> int:
         flush=True,
     )
     t = time.perf_counter()
-    ours = child(_BUILD, ROOT, corpus, threads, "trace")
+    ours = child(_BUILD, ROOT, corpus, threads, "trace", include)
+    if args.events_out:
+        args.events_out.write_text(json.dumps(ours))
     print(f"build: {ours['wall']:.1f}s (stages {json.dumps(ours['seconds'])})", flush=True)
     result = {
         "corpus": corpus,
@@ -126,11 +233,13 @@ def main() -> int:
         if "cpu_seconds" in dry["sample"]
         else None,
         "eta_error": eta_errors([tuple(x) for x in ours["trace"]], ours["wall"]),
+        "eta_error_replayed": eta_errors(replay(ours, progress_module(None)), ours["wall"]),
+        "longest_still_s": round(longest_still(ours), 1),
         "dry_run_s": round(dry["wall"], 1),
         "load_average": os.getloadavg()[0],
     }
     if args.baseline:
-        base = child(_BUILD, args.baseline.resolve(), corpus, threads, "plain")
+        base = child(_BUILD, args.baseline.resolve(), corpus, threads, "plain", include)
         result["baseline_build_s"] = round(base["wall"], 1)
         result["build_vs_baseline"] = round(ours["wall"] / base["wall"], 3)
     result["bench_s"] = round(time.perf_counter() - t, 1)

@@ -28,7 +28,7 @@ from kbpack.ops.estimate import DryRun
 from kbpack.ops.shards import in_shard
 from kbpack.pack.write import PackWriter
 from kbpack.runtime import interrupt
-from kbpack.runtime.progress import Progress, peak_rss_mb
+from kbpack.runtime.progress import Progress, file_kind, peak_rss_mb
 from kbpack.text.document import Document
 
 EMBED_BATCH = 64  # chunks per embedding call: large enough to batch, small enough to stream
@@ -148,12 +148,17 @@ def build(
         found.records = [d for d in found.records if in_shard(d.name, opts.shard)]
     # a folder's banners and footers go before chunking (kbpack/extract/repeated.py)
     repeated = RepeatedBlocks()
-    documents = _with_skipped(found.records, extract_all(found.candidates, opts.limits))
+    extracted = _told(progress, extract_all(found.candidates, opts.limits))
+    documents = _with_skipped(found.records, extracted)
     if not opts.keep_repeated:
         documents = repeated(documents)
     total = len(found.candidates) + len(found.records)
     if progress is not None:  # the ETA's denominator
-        progress.source_bytes_total = sum(_size(c.path) for c in found.candidates)
+        for c in found.candidates:
+            kind = file_kind(c.name)
+            size = _size(c.path)
+            progress.source_bytes_total += size
+            progress.source_bytes_by_kind[kind] = progress.source_bytes_by_kind.get(kind, 0) + size
     report = build_from(documents, total, opts, progress, found=found, dry=dry)
     report.repeated_blocks = repeated.removed
     return report
@@ -301,7 +306,9 @@ def build_from(
                 interrupt.check()  # stop at the next document even if a Ctrl-C was swallowed
                 t = timer.add("extract", t)
                 n_docs += 1
-                progress.building(n_docs, total, doc.source_size or 0, writer.n_chunks)
+                progress.building(
+                    n_docs, total, doc.source_size or 0, writer.n_chunks, len(doc.text or "")
+                )
                 if doc.status == "skipped":
                     skipped.append({"name": doc.name, "reason": doc.reason})
                 if doc.status == "failed":
@@ -455,6 +462,16 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _told(progress: Progress | None, documents: Iterator[Document]) -> Iterator[Document]:
+    """``documents``, each told to ``progress`` as it leaves the extractor: a build holds a
+    folder's documents back until all are read (kbpack/extract/repeated.py), and the ETA
+    extrapolates from their text (kbpack/runtime/progress.py)."""
+    for doc in documents:
+        if progress is not None:
+            progress.extracted(doc.name, doc.source_size or 0, len(doc.text or ""))
+        yield doc
 
 
 def _with_skipped(skipped: list[Document], extracted: Any) -> Any:

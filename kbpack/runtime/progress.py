@@ -6,6 +6,16 @@ the line every second with the elapsed time, so the screen moves even while one 
 embedding batch: llama.cpp releases the GIL) runs. A build's counts move with every decode
 batch (at most ``BATCH_TOKENS`` tokens, well under a second), inside a long document too, and
 its ETA divides the tokens left by the token rate of the last ``RATE_WINDOW_S`` seconds.
+
+The tokens left are extrapolated from extracted text, not from source bytes, where the build
+says what it extracted (:meth:`Progress.extracted`): a PDF's or an HTML page's bytes say
+little about its text (fonts, images, markup), and a build extracts a whole folder before it
+chunks any of it (kbpack/extract/repeated.py), so by the time embedding starts the text of
+most documents is known. Tokens per character come from the documents whose texts have been
+handed to the model (a document read but not yet batched has no tokens yet, and counting its
+size would dilute the ratio), and count only the tokens the model reads (the embedding cache's
+cost nothing); characters of documents not yet extracted are guessed from their bytes, at the
+characters per byte of the documents of the same file type extracted so far.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import resource
 import sys
 import threading
 import time
+from pathlib import PurePath
 from typing import TextIO
 
 from kbpack.runtime.terminal import printable
@@ -44,6 +55,11 @@ def peak_rss_mb() -> tuple[float, float]:
     return round(own, 1), round(children, 1)
 
 
+def file_kind(name: str) -> str:
+    """A document's file type for the ETA's ratios: its suffix, lower case."""
+    return PurePath(name).suffix.lower()
+
+
 class Progress:
     def __init__(
         self, enabled: bool | None = None, stream: TextIO | None = None, tick_s: float = TICK_S
@@ -61,7 +77,14 @@ class Progress:
         self._stop = threading.Event()
         # a build's ETA: source bytes of every document, and of those read so far
         self.source_bytes_total = 0
+        # the same per file type (``kind``: the suffix), where the build gives it
+        self.source_bytes_by_kind: dict[str, int] = {}
         self._bytes_done = 0
+        self._bytes_batched = 0  # bytes of documents whose texts have gone to the model
+        self._extracted: dict[str, tuple[int, int]] = {}  # kind -> (source bytes, characters)
+        self._chars_read = 0  # characters of the documents the chunker has read
+        self._chars_batched = 0  # ... and of those whose texts have gone to the model
+        self._reused_tokens = 0  # tokens the cache supplied (no model time)
         self._tokens_done = 0  # tokens of finished embedding calls
         self._tokens_in_flight = 0  # tokens of the call under way
         self._flight_done = (0, 0)  # (texts, tokens) of that call already embedded
@@ -108,13 +131,26 @@ class Progress:
         self._draw()
         self._start_ticker()
 
-    def building(self, documents: int, total: int, source_bytes: int, chunks: int) -> None:
-        """A build's line: documents read (with ``source_bytes`` more read now), chunks
-        written, tokens embedded (chunk and piece texts), and the ETA. Called between
-        embedding batches, so the batch announced by :meth:`embedding` is done."""
+    def extracted(self, name: str, source_bytes: int, chars: int) -> None:
+        """The extractor has read a document (``name``, ``source_bytes`` on disk) into
+        ``chars`` characters of text (0 for one that failed or was skipped)."""
+        if not self.enabled:
+            return
+        kind = file_kind(name)
+        b, c = self._extracted.get(kind, (0, 0))
+        self._extracted[kind] = (b + source_bytes, c + chars)
+
+    def building(
+        self, documents: int, total: int, source_bytes: int, chunks: int, chars: int = 0
+    ) -> None:
+        """A build's line: documents read (with ``source_bytes`` more read now, holding
+        ``chars`` characters of text), chunks written, tokens embedded (chunk and piece
+        texts), and the ETA. Called between embedding batches, so the batch announced by
+        :meth:`embedding` is done."""
         if not self.enabled:
             return
         self._bytes_done += source_bytes
+        self._chars_read += chars
         self._tokens_done += self._tokens_in_flight
         self._tokens_in_flight = 0
         self._flight_done = (0, 0)
@@ -134,6 +170,9 @@ class Progress:
         the model reads) starts: say so, it may be long."""
         if not self.enabled:
             return
+        # the documents read so far are the ones this call's texts come from
+        self._bytes_batched = self._bytes_done
+        self._chars_batched = self._chars_read
         self._tokens_in_flight = tokens
         self._flight_texts = texts
         self._flight_done = (0, 0)
@@ -147,6 +186,8 @@ class Progress:
         self._flight_done = (self._flight_done[0] + texts, self._flight_done[1] + tokens)
         if not reused:
             self._model_tokens += tokens
+        else:
+            self._reused_tokens += tokens
         self._sample()
         self._show()
 
@@ -181,18 +222,44 @@ class Progress:
         return (n1 - n0) / (t1 - t0)
 
     def _eta(self) -> float | None:
-        """Seconds left, from tokens: tokens still to embed (the tokens per source byte seen so
-        far times the bytes not yet read, plus what is left of the call in flight) over the
-        recent token rate. None until there is a rate."""
+        """Seconds left: :meth:`tokens_left` over the recent token rate; None until there is
+        a rate."""
         rate = self.rate()
-        if rate is None or not self._bytes_done:
+        left = self.tokens_left()
+        return None if rate is None or left is None else left / rate
+
+    def tokens_left(self) -> float | None:
+        """Tokens the model still has to read: what is left of the call in flight, plus the
+        tokens per character of the texts batched so far times the characters still to batch
+        (see the module's docstring); without extraction reports, per source byte. None
+        before the first batch."""
+        if not self._bytes_batched:
             return None
-        known = self._tokens_done + self._tokens_in_flight
-        per_byte = known / self._bytes_done
-        left = (self._tokens_in_flight - self._flight_done[1]) + per_byte * max(
-            0, self.source_bytes_total - self._bytes_done
-        )
-        return left / rate
+        # the model's work so far: every token announced but those the cache supplied
+        work = self._tokens_done + self._tokens_in_flight - self._reused_tokens
+        left: float = self._tokens_in_flight - self._flight_done[1]
+        if self._chars_batched and self._extracted:
+            left += work / self._chars_batched * max(0.0, self._chars_total() - self._chars_batched)
+        else:
+            left += (work / self._bytes_batched) * max(
+                0, self.source_bytes_total - self._bytes_batched
+            )
+        return max(0.0, left)
+
+    def _chars_total(self) -> float:
+        """Characters of text in the whole build: those extracted, and for the bytes of each
+        file type not yet extracted, as many per byte as its extracted documents held (all
+        types' ratio for a type not seen yet, or when the build gave no types)."""
+        chars = sum(c for _, c in self._extracted.values())
+        seen = sum(b for b, _ in self._extracted.values())
+        overall = chars / seen if seen else 0.0
+        if not self.source_bytes_by_kind:
+            return chars + max(0, self.source_bytes_total - seen) * overall
+        total = float(chars)
+        for kind, size in self.source_bytes_by_kind.items():
+            b, c = self._extracted.get(kind, (0, 0))
+            total += max(0, size - b) * (c / b if b else overall)
+        return total
 
     def _draw(self) -> None:
         with self._lock:

@@ -66,10 +66,78 @@ def test_eta_from_tokens_counts_down(monkeypatch: pytest.MonkeyPatch) -> None:
         p.embedded(texts=1, tokens=50)
     p._last = 0.0
     p.building(2, 4, 250, chunks=10)  # 500 tokens in 10 s, half the bytes read
-    # left: 500 tokens per 500 bytes x 500 bytes = 500 tokens, at 50 tokens/s = 10 s
+    # the second document is read but none of its texts has gone to the model: the ratio is
+    # still the first's, 500 tokens per 250 bytes, for the 750 bytes whose texts are to come
     last = draws(term)[-1]
-    assert "10 chunks embedded (500 tokens)" in last and "ETA ~10s" in last, last
+    assert "10 chunks embedded (500 tokens)" in last and "ETA ~30s" in last, last
     p.done()
+
+
+def test_eta_extrapolates_extracted_text_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PDF holds few characters per byte, an HTML page many more markup than text: once
+    the build says what it extracted, the tokens left follow the text, per file type."""
+    clock = [1000.0]
+    monkeypatch.setattr(
+        kbpack.runtime.progress, "time", SimpleNamespace(monotonic=lambda: clock[0])
+    )
+    p = Progress(stream=Terminal(), tick_s=3600)
+    p.source_bytes_total = 3000
+    p.source_bytes_by_kind = {".pdf": 2000, ".html": 1000}
+    p.extracted("a.pdf", 1000, 1000)  # 1 character per PDF byte
+    p.extracted("b.html", 1000, 200)  # the page's text: 200 of its 1000 bytes
+    p.building(1, 3, 1000, chunks=0, chars=1000)
+    p.embedding(texts=10, tokens=250)  # 0.25 tokens per character
+    for _ in range(5):  # 250 tokens in 5 s
+        clock[0] += 1
+        p.embedded(texts=2, tokens=50)
+    # left: b.html's 200 characters and c.pdf's 1000 bytes x 1 per byte = 1200 characters
+    # = 300 tokens, at 50 tokens/s (by bytes it would be 2000 bytes = 500 tokens: 10 s)
+    assert p._eta() == pytest.approx(6.0)
+    p.building(2, 3, 1000, chunks=3, chars=200)
+    p.embedding(texts=2, tokens=50)
+    p.embedded(texts=1, tokens=25, reused=True)  # from the cache: costs no model time
+    clock[0] += 1
+    p.embedded(texts=1, tokens=25)
+    # the model read 275 of the 300 tokens announced for 1200 characters; 1000 are left
+    assert p._eta() == pytest.approx(275 / 1200 * 1000 / (275 / 6), rel=0.01)
+    p.done()
+
+
+def test_a_builds_tokens_left_follow_its_text_not_its_bytes(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A real build of a folder where one page is mostly markup: from the first embedding
+    call on, the tokens the line expects are within 15% of those the model then reads (by
+    source bytes the markup page alone would promise several times the build's tokens)."""
+    from kbpack.ops.build import BuildOptions, build
+
+    src = tmp_path / "docs"
+    src.mkdir()
+
+    def prose(name: str) -> str:  # distinct sentences (a block shared by all would be furniture)
+        return " ".join(f"Step {i} of {name} keeps batch {i * 7} on disk." for i in range(60))
+
+    (src / "a.md").write_text("# Alpha\n\n" + prose("alpha"))
+    markup = "<div class='nav x y z'><span style='color:red'></span></div>\n" * 2000
+    (src / "b.html").write_text(
+        f"<html><body>{markup}<h1>Beta</h1><p>{prose('beta')}</p>{markup}</body></html>"
+    )
+    (src / "c.md").write_text("# Gamma\n\n" + prose("gamma"))
+    seen: list[tuple[float | None, int]] = []  # (tokens expected, tokens of this call)
+
+    class Watching(Progress):
+        def embedding(self, texts: int, tokens: int) -> None:
+            super().embedding(texts, tokens)
+            seen.append((self.tokens_left(), tokens))
+
+    build(
+        BuildOptions(sources=[src], out=tmp_path / "p.kbpack", model=tiny_model, pieces=True),
+        Watching(stream=Terminal(), tick_s=3600),
+    )
+    assert len(seen) >= 3, seen  # one call per document at least
+    for k, (expected, _) in enumerate(seen):
+        actual = sum(tokens for _, tokens in seen[k:])
+        assert expected == pytest.approx(actual, rel=0.15), (k, seen)
 
 
 def test_the_eta_follows_the_recent_rate(monkeypatch: pytest.MonkeyPatch) -> None:
