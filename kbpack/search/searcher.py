@@ -159,11 +159,25 @@ class Searcher:
         return np.asarray(vectors, dtype=np.float32)
 
     # -- the query ------------------------------------------------------------------------------
-    def search(self, query: str, **options: Any) -> SearchResponse:
-        """``options``: those of ``SearchRequest`` (k, mode, max_distance, refuse, doc, kind,
-        section, context, rerank_top: with a reranker set, how many of the results that pass
-        the refusal gate it scores and reorders, default ``kbpack.model.rerank.DEFAULT_TOP``)."""
-        return self.search_many([SearchRequest(query, **options)])[0]
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        max_distance: float | None = None,
+        refuse: bool = True,
+        doc: str | None = None,
+        kind: str | None = None,
+        section: str | None = None,
+        context: str = "chunk",
+        rerank_top: int | None = None,
+    ) -> SearchResponse:
+        """``rerank_top``: with a reranker set, how many of the results that pass the refusal
+        gate it scores and reorders (default ``kbpack.model.rerank.DEFAULT_TOP``)."""
+        request = SearchRequest(
+            query, k, mode, max_distance, refuse, doc, kind, section, context, rerank_top
+        )
+        return self.search_many([request])[0]
 
     def search_many(
         self,

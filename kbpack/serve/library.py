@@ -42,10 +42,12 @@ class Batches:
     """Runs a searcher's concurrent requests in batches, without a fixed wait: the first
     request starts a worker thread; every request queued while a batch runs joins the next
     one; the worker ends when the queue is empty. A batch that fails is run again request by
-    request, so that one bad request fails alone."""
+    request, so that one bad request fails alone. ``embed_together``: the batch's queries in
+    one embedder call (faster; not bit for bit with a lone query, see ``search_many``)."""
 
-    def __init__(self, searcher: Searcher) -> None:
+    def __init__(self, searcher: Searcher, embed_together: bool = False) -> None:
         self.searcher = searcher
+        self.embed_together = embed_together
         self._queue: list[tuple[SearchRequest, Future[SearchResponse]]] = []
         self._lock = threading.Lock()
         self._working = False
@@ -72,7 +74,8 @@ class Batches:
             self.batches += 1
             self.requests += len(batch)
             try:
-                answers = self.searcher.search_many([req for req, _ in batch])
+                requests = [req for req, _ in batch]
+                answers = self.searcher.search_many(requests, embed_together=self.embed_together)
             except BaseException:
                 answers = None
             if answers is not None:
@@ -194,7 +197,9 @@ class Library:
         load_model: bool = True,
         on_progress: Callable[[str], None] | None = None,
         policy: SignaturePolicy | None = None,
+        embed_together: bool = False,
     ) -> None:
+        """``embed_together``: a batch's queries embedded in one call (``Batches``)."""
         if not paths:
             raise UsageError("give at least one pack: kbpack serve PACK...")
         self._say = on_progress or (lambda _: None)
@@ -203,6 +208,7 @@ class Library:
         self._full = full_verify
         self._load_model = load_model
         self._policy = policy or SignaturePolicy()  # default: the trusted keys configured
+        self._together = embed_together
         self.packs: dict[str, Served] = {}
         self.federated: Searcher | None = None  # over every pack, when several are served
         self._federated_batches: Batches | None = None
@@ -214,8 +220,9 @@ class Library:
             for name, path in zip(unique_names(paths), paths, strict=True):
                 reader, searcher, status = self._open(Path(path))
                 self.packs[name] = Served(name, Path(path), reader, searcher, status)
+                self.packs[name].batches.embed_together = embed_together
             self.federated = self._federate()
-            self._federated_batches = Batches(self.federated) if self.federated else None
+            self._federated_batches = self._batches(self.federated)
         except BaseException:
             self.close()
             raise
@@ -282,10 +289,13 @@ class Library:
                     held.enter_context(q.lock)
                 self._retired.append(p.reader)
                 p.reader, p.searcher, p.status = reader, searcher, status
-                p.batches = Batches(searcher)
+                p.batches = Batches(searcher, self._together)
                 p.pending, p.change_note = None, None
                 self.federated = self._federate()
-                self._federated_batches = Batches(self.federated) if self.federated else None
+                self._federated_batches = self._batches(self.federated)
+
+    def _batches(self, searcher: Searcher | None) -> Batches | None:
+        return Batches(searcher, self._together) if searcher is not None else None
 
     def _federate(self) -> Searcher | None:
         """One searcher over every pack (``kbpack query A B TEXT``'s), for a search that names
