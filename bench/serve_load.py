@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -240,6 +241,42 @@ def batched_run(
         return out
 
 
+def interleaved(
+    pack: Path, texts: list[str], mode: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``--rounds``: on a machine whose load changes by the second, the library peer and the
+    in-process batches (each query embedded alone, and together) alternate in short windows,
+    round after round; each round's ratio compares windows seconds apart."""
+    out: dict[str, Any] = {}
+    for clients in args.clients:
+        ratios: dict[str, list[float]] = {"embed_alone": [], "embed_together": []}
+        runs: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            lib = library_run(pack, texts, mode, args.seconds, args.max_requests)
+            row = {"library": lib}
+            for name in ratios:
+                b = batched_run(
+                    pack,
+                    texts,
+                    mode,
+                    clients,
+                    args.seconds,
+                    args.max_requests,
+                    name == "embed_together",
+                )
+                row[name] = b
+                ratios[name].append(b["rps"] / lib["rps"] if lib["rps"] else float("nan"))
+            runs.append(row)
+        out[str(clients)] = {
+            "runs": runs,
+            "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
+            "ratios": {k: [round(x, 2) for x in v] for k, v in ratios.items()},
+        }
+        if not args.json:
+            print(f"{pack.name} {mode}, {clients} clients, rounds: {out[str(clients)]}", flush=True)
+    return out
+
+
 def http_server_run(
     body: bytes, clients: int, args: argparse.Namespace, texts: list[str]
 ) -> dict[str, Any]:
@@ -278,12 +315,28 @@ def main() -> int:
     ap.add_argument(
         "--in-process", action="store_true", help="also Library.search from threads, no HTTP"
     )
+    ap.add_argument(
+        "--rounds", type=int, default=0, help="only the in-process comparison, interleaved"
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-requests", type=int, default=20000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     texts = questions(1000)
     rows = []
+    if args.rounds:
+        for pack in args.packs:
+            for mode in args.modes:
+                rows.append(
+                    {
+                        "pack": pack.name,
+                        "mode": mode,
+                        **interleaved(ensure(pack), texts, mode, args),
+                    }
+                )
+        if args.json:
+            print(json.dumps({"machine": f"{os.cpu_count()} cores", "rounds": rows}, indent=2))
+        return 0
     for pack in args.packs:
         ensure(pack)
         for mode in args.modes:
