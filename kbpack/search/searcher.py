@@ -28,10 +28,17 @@ from kbpack.search.absent import preload as preload_word_lists
 from kbpack.search.bm25 import accumulate
 from kbpack.search.bm25_top import Term, top_k_exact
 from kbpack.search.citing import Query, finish
-from kbpack.search.corpus import Corpus, PackCorpus
+from kbpack.search.corpus import (
+    ALSO_MAX,  # noqa: F401 (the names callers import from here)
+    Corpus,
+    PackCorpus,
+)
 from kbpack.search.dense import DenseScores
 from kbpack.search.fusion import CANDIDATES
-from kbpack.search.gating import (  # noqa: F401 (the names callers import from here)
+from kbpack.search.gating import (  # noqa: F401
+    EVIDENCE_SHARE,
+    RARE_MIN,
+    RARE_SHARE,
     IdentifierGate,
     analyzed_content_terms,
     code_like_terms,
@@ -42,6 +49,7 @@ from kbpack.search.gating import (  # noqa: F401 (the names callers import from 
 )
 from kbpack.search.results import Result, SearchResponse, locator  # noqa: F401
 from kbpack.search.typos import Suggestion
+from kbpack.search.words import TYPO_MIN_LETTERS  # noqa: F401
 
 if TYPE_CHECKING:
     from kbpack.model.load import ModelLoad
