@@ -11,7 +11,7 @@ depth), interleaved query by query with the order alternating:
   HDF5 (their chunks decompressed and checksummed; the common terms as dense rows where the
   pack holds ``/bm25/dense_tf``), the small columns (vocabulary, indptr, lengths) already read
   by the reader, untimed: the BM25 work of a process's first query; ``first_postings`` the same
-  with every term read from its postings (``Searcher.use_dense = False``), as before the dense
+  with every term read from its postings (``bench/switches.py``'s ``PostingsOnly``), as before the dense
   rows. (Before 2026-12-02 14:00 ``first`` reused the baked Searcher's reader, whose open
   postings datasets kept HDF5's chunk cache warm across queries: it flattered the postings.)
 * ``cold``: a new ``PackReader`` and Searcher per query -- what ``kbpack query --mode bm25``
@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import switches  # noqa: E402 (bench/switches.py)
 from dense import questions, synthetic_pack  # noqa: E402
 
 from kbpack.pack import format as F  # noqa: E402
@@ -126,8 +127,8 @@ def _measure(path: Path, texts: list[str], repeat: int, saved: Path) -> dict[str
     def first(q: str, dense: bool = True) -> Any:
         r = opened()
         t, c = time.perf_counter(), time.process_time()
-        s = Searcher(r, None)
-        s.use_dense = dense  # False: every term from its postings, as before /bm25/dense_tf
+        # dense False: every term from its postings, as before /bm25/dense_tf
+        s = Searcher(switches.corpus(r, dense_rows=dense), None)
         out = s._bm25(q, None)
         untimed[0] = (time.perf_counter() - t, time.process_time() - c)
         r.close()

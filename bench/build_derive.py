@@ -120,7 +120,7 @@ def main() -> int:
         contents = [normalize(c) for _, c in pack.iter_chunk_contents()]
         n = len(contents)
         for q in questions:
-            qv = s._query_vector(q.query).astype(np.float32)
+            qv = s.query_vector(q.query).astype(np.float32)
             ids, sc = s._bm25_all(q.query, None)
             bm25 = np.zeros(n, np.float64)
             bm25[ids] = sc

@@ -63,10 +63,12 @@ def child(pack: str, engine: str, n_queries: int, seed: int) -> dict[str, Any]:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
+    from peers import top_similar as _top_similar  # bench/peers.py
+
     from kbpack.pack import format as F
     from kbpack.pack.read import PackReader
     from kbpack.search.dense import PieceIndex, chunk_scores, rounded_chunk_scores
-    from kbpack.search.searcher import CANDIDATES, _top_similar
+    from kbpack.search.searcher import CANDIDATES
 
     imported = time.perf_counter()
     r = PackReader(pack)

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from switches import variant  # bench/switches.py (this script's directory is on sys.path)
+
 import kbpack
 import kbpack.search.searcher
 from kbpack.ops.evaluate import hit_rank, load_questions
@@ -89,13 +91,12 @@ def main() -> None:
         build(pack_path)
     questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
     with kbpack.open(pack_path) as pack:
-        s = pack.searcher
+        kinds = {"0.2.0": variant(pack.searcher, copies=False), "groups": pack.searcher}
         print(f"{pack_path}: {pack.reader.counts.get('copies', 0)} chunks in copy groups")
         stats = {name: {"slots": 0, "crowded": 0, "listed": 0} for name in ("0.2.0", "groups")}
         found: dict[str, dict[str, bool]] = {"0.2.0": {}, "groups": {}}
         for q in questions:
-            for name, use in (("0.2.0", False), ("groups", True)):
-                s.use_copies = use
+            for name, s in kinds.items():
                 results = s.search(q.query, k=5).results
                 repeats = crowding(s, results)
                 st = stats[name]

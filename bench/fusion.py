@@ -18,13 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from peers import rrf  # bench/peers.py (this script's directory is on sys.path)
 
 import kbpack
 from kbpack.ops.evaluate import load_questions, normalize, paired
 from kbpack.pack import format as F
 from kbpack.search.bm25 import top_k
 from kbpack.search.fusion import DENSE_WEIGHT, convex
-from kbpack.search.searcher import CANDIDATES, code_like_terms, rrf
+from kbpack.search.searcher import CANDIDATES, code_like_terms
 from kbpack.text.analyze import tokenize
 
 # The rule kbpack used before the convex fusion (kbpack <= 0.x, RRF k = 60): BM25 at full
@@ -57,10 +58,7 @@ def main() -> None:
         contents = [normalize(c) for _, c in pack.iter_chunk_contents()]
         indptr = pack.reader.column(F.BM25_INDPTR)
         n_chunks = len(contents)
-        if s._lookup is None:
-            s._bm25("warm up", None)
-        lookup = s._lookup
-        assert lookup is not None
+        lookup = s.corpus.postings.lookup()  # type: ignore[attr-defined]
         rows = []
         for q in questions:
             de, _ = s._dense(q.query, None)

@@ -8,7 +8,7 @@
    time of both packs, and their ratios.
 2. Quality on fixtures/eval/questions.jsonl, both phrasings, dense and hybrid, on the pack
    with pieces: once scoring chunks with their pieces, once by chunk vectors alone (the same
-   pack, ``Searcher.use_pieces = False``), so only the scoring differs. Recall@1/4/8/20, MRR
+   pack, ``bench/switches.py``'s ``variant(pieces=False)``), so only the scoring differs. Recall@1/4/8/20, MRR
    and the exact sign test on discordant pairs; then refusal at the pack's default threshold:
    out-of-domain queries answered (bluffs) and answerable questions refused.
 3. The dense scan: kbpack's scoring (``kbpack.search.dense.chunk_scores``: chunk matmul, piece
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from switches import variant  # bench/switches.py (this script's directory is on sys.path)
 
 import kbpack
 from kbpack.ops.evaluate import load_queries, load_questions, mrr, normalize, paired, recall_at
@@ -69,8 +70,7 @@ def ranks_of(pack_path: Path, use_pieces: bool, mode: str) -> dict[str, list[int
     questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
     out: dict[str, list[int | None]] = {"doc": [], "ticket": []}
     with kbpack.open(pack_path) as pack:
-        s = pack.searcher
-        s.use_pieces = use_pieces
+        s = variant(pack.searcher, pieces=use_pieces)
         contents = {i: normalize(c) for i, c in pack.iter_chunk_contents()}
         for q in questions:
             resp = s.search(q.query, k=20, mode=mode, refuse=False)
@@ -85,8 +85,7 @@ def refusal(pack_path: Path, use_pieces: bool) -> tuple[int, int, int, int]:
     ood = load_queries(ROOT / "fixtures/eval/ood.jsonl")
     questions = load_questions(ROOT / "fixtures/eval/questions.jsonl")
     with kbpack.open(pack_path) as pack:
-        s = pack.searcher
-        s.use_pieces = use_pieces
+        s = variant(pack.searcher, pieces=use_pieces)
         bluffs = sum(s.search(q.query, k=5).answered for q in ood)
         refused = sum(not s.search(q.query, k=5).answered for q in questions)
     return bluffs, len(ood), refused, len(questions)

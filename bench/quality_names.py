@@ -37,7 +37,7 @@ import shipped_search
 from wordfreq import zipf_frequency
 
 import kbpack
-import kbpack.search.searcher as searcher_module
+import kbpack.search.words as searcher_module  # where search calls absent_words
 from kbpack.ops import evaluate as E
 from kbpack.search import absent as A
 from kbpack.search.absent import absent_words
@@ -101,7 +101,7 @@ def environment(pack_path: Path, template: str) -> None:
         for name in (None, *ENVIRONMENTS):
             cells = []
             for rule in (shipped, candidate):
-                searcher_module.absent_words = rule  # type: ignore[assignment]
+                searcher_module._absent_words = rule  # type: ignore[assignment]
                 refused = 0
                 for q in questions:
                     bare = q.query.rstrip(" ?.")
@@ -115,7 +115,7 @@ def environment(pack_path: Path, template: str) -> None:
                 cells.append(f"{refused} ({refused / len(questions):.0%} [{lo:.2f}, {hi:.2f}])")
             zipf = "-" if name is None else f"{zipf_frequency(name, 'en'):.2f}"
             print(f"| {name or '(none)'} | {zipf} | {cells[0]} | {cells[1]} |")
-    searcher_module.absent_words = shipped  # type: ignore[assignment]
+    searcher_module._absent_words = shipped  # type: ignore[assignment]
 
 
 def main() -> None:
@@ -129,7 +129,7 @@ def main() -> None:
         return
     if args.out is None:
         ap.error("OUT.json is needed (or --environment)")
-    searcher_module.absent_words = candidate_absent_words
+    searcher_module._absent_words = candidate_absent_words
     shipped_search.measure(args.pack, args.out, True)
 
 

@@ -8,7 +8,7 @@ PACK2 (optional): the same pack with ``--analyzer snowball-english``, e.g. made 
 re-embedding), for the stemming rows.
 
 For every question the scores are computed once: the dense score with pieces and the chunk's
-own cosine (the pack's ``Searcher._dense_pair``: a pack with pieces gives both), and BM25 of
+own cosine (the pack's ``Searcher.dense_scores``: a pack with pieces gives both), and BM25 of
 every chunk. Each rule then ranks the same scores, so rules differ only in how they combine
 them:
 
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from peers import rrf  # bench/peers.py (this script's directory is on sys.path)
 
 import kbpack
 from kbpack.ops.evaluate import (
@@ -48,14 +49,8 @@ from kbpack.ops.evaluate import (
 )
 from kbpack.search.bm25 import top_k
 from kbpack.search.fusion import DENSE_WEIGHT, convex
-from kbpack.search.searcher import (
-    CANDIDATES,
-    code_like_terms,
-    content_terms,
-    heading_only,
-    idf,
-    rrf,
-)
+from kbpack.search.gating import heading_only
+from kbpack.search.searcher import CANDIDATES, code_like_terms, content_terms, idf
 from kbpack.text.analyze import tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,7 +154,8 @@ def collect(pack_path: Path, stem_pack: Path | None, questions: list[Question]) 
         lone = heading_only_mask(s, n)
         k1, _ = pack.reader.bm25_params
         for i, q in enumerate(questions):
-            score, cos = s._dense_pair(q.query)
+            d = s.dense_scores(q.query)
+            score, cos = d.score, d.cos
             ids, sc = s._bm25_all(q.query, None)
             full = np.zeros(n, np.float64)
             full[ids] = sc

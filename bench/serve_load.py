@@ -7,10 +7,12 @@ For each pack and mode, measured in the same run, one after the other:
   its own keep-alive httpx client, send ``GET /api/search`` (the dev questions in turn) until
   ``--seconds`` have passed (and at most ``--max-requests`` in all). Requests/s, p50/p99
   latency, errors (anything but 200; must be 0), and the server's peak RSS (VmHWM).
-* **library** (peer: the ceiling): the same searches called in-process, one after another, on
-  the same pack (``kbpack.open(...).search``), no HTTP. Ratio serve / library: what the server
-  keeps of the library's throughput (searches are serialised per pack, so concurrency cannot
-  beat this on one pack).
+* **library** (peer): the same searches called in-process, one after another, on the same
+  pack (``kbpack.open(...).search``), no HTTP. Ratio serve / library: what concurrency buys
+  (the server answers concurrent requests in batches, ``kbpack.serve.library.Batches``: one
+  dense pass over the vectors per batch).
+* **peer server** (``--peer-pythonpath DIR``): the same ``kbpack serve`` run from another
+  checkout (e.g. the commit before batching), same clients, in the same run.
 * **http.server** (peer: the HTTP floor): Python's ThreadingHTTPServer answering every request
   with a fixed JSON body of the same size, same clients. Ratio serve / http.server: how much of
   a do-nothing server's rate is left after the search itself.
@@ -20,6 +22,8 @@ so absolute figures are a floor; the ratios come from the same conditions.
 
     python bench/serve_load.py                              # fixtures + synth 100k, 8 clients, 10 s
     python bench/serve_load.py --packs out/fixtures.kbpack --seconds 5 --json
+    python bench/serve_load.py --packs out/bench/synth-100000.kbpack --modes hybrid \
+        --clients 1 8 32 --no-floor --peer-pythonpath /tmp/before
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -119,18 +124,29 @@ def summary(lat: list[float], errors: list[str], wall: float) -> dict[str, Any]:
     }
 
 
-def serve_run(pack: Path, texts: list[str], mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def serve_run(
+    pack: Path,
+    texts: list[str],
+    mode: str,
+    clients: int,
+    args: argparse.Namespace,
+    pythonpath: str | None = None,
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     proc = subprocess.Popen(
         [sys.executable, "-m", "kbpack", "serve", str(pack), "--port", "0", "--json"],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
         base = f"http://127.0.0.1:{info['port']}"
         load(base, texts[:8], mode, 2, 2.0, 200, None)  # warm-up: first requests, thread pool
-        out = load(base, texts, mode, args.clients, args.seconds, args.max_requests, None)
+        out = load(base, texts, mode, clients, args.seconds, args.max_requests, None)
         out["peak_rss_mb"] = peak_rss_mb(proc.pid)
         return out
     finally:
@@ -183,7 +199,87 @@ def _library(pack: Path, texts: list[str], mode: str, seconds: float, cap: int) 
     return summary(lat, [], wall)
 
 
-def http_server_run(body: bytes, args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
+def batched_run(
+    pack: Path, texts: list[str], mode: str, clients: int, seconds: float, cap: int, together: bool
+) -> dict[str, Any]:
+    """In-process, no HTTP: ``clients`` threads calling ``Library.search`` (the server's
+    batches) for ``seconds``: what batching buys without the HTTP layer's cost."""
+    from kbpack.serve.library import Library
+
+    lat: list[float] = []
+    lock = threading.Lock()
+    with Library([pack], verify=False, embed_together=together) as lib:
+        for q in texts[:8]:
+            lib.search(None, q, k=5, mode=mode)
+        deadline = time.perf_counter() + seconds
+        sent = 0
+
+        def client(i: int) -> None:
+            nonlocal sent
+            n = i
+            while time.perf_counter() < deadline:
+                with lock:
+                    if sent >= cap:
+                        return
+                    sent += 1
+                t = time.perf_counter()
+                lib.search(None, texts[n % len(texts)], k=5, mode=mode)
+                with lock:
+                    lat.append(time.perf_counter() - t)
+                n += clients
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - start
+        b = lib.get(None).batches
+        out = summary(lat, [], wall)
+        out["mean_batch"] = round(b.requests / b.batches, 2) if b.batches else None
+        return out
+
+
+def interleaved(
+    pack: Path, texts: list[str], mode: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``--rounds``: on a machine whose load changes by the second, the library peer and the
+    in-process batches (each query embedded alone, and together) alternate in short windows,
+    round after round; each round's ratio compares windows seconds apart."""
+    out: dict[str, Any] = {}
+    for clients in args.clients:
+        ratios: dict[str, list[float]] = {"embed_alone": [], "embed_together": []}
+        runs: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            lib = library_run(pack, texts, mode, args.seconds, args.max_requests)
+            row = {"library": lib}
+            for name in ratios:
+                b = batched_run(
+                    pack,
+                    texts,
+                    mode,
+                    clients,
+                    args.seconds,
+                    args.max_requests,
+                    name == "embed_together",
+                )
+                row[name] = b
+                ratios[name].append(b["rps"] / lib["rps"] if lib["rps"] else float("nan"))
+            runs.append(row)
+        out[str(clients)] = {
+            "runs": runs,
+            "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
+            "ratios": {k: [round(x, 2) for x in v] for k, v in ratios.items()},
+        }
+        if not args.json:
+            print(f"{pack.name} {mode}, {clients} clients, rounds: {out[str(clients)]}", flush=True)
+    return out
+
+
+def http_server_run(
+    body: bytes, clients: int, args: argparse.Namespace, texts: list[str]
+) -> dict[str, Any]:
     class Fixed(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn
 
@@ -203,7 +299,7 @@ def http_server_run(body: bytes, args: argparse.Namespace, texts: list[str]) -> 
     thread.start()
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
-        return load(base, texts, "bm25", args.clients, args.seconds, args.max_requests, None)
+        return load(base, texts, "bm25", clients, args.seconds, args.max_requests, None)
     finally:
         server.shutdown()
         server.server_close()
@@ -213,13 +309,34 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--packs", type=Path, nargs="+", default=[FIXTURES_PACK, SYNTH_100K])
     ap.add_argument("--modes", nargs="+", default=["bm25", "hybrid"])
-    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--clients", type=int, nargs="+", default=[8])
+    ap.add_argument("--no-floor", action="store_true", help="skip the http.server floor")
+    ap.add_argument("--peer-pythonpath", default=None, help="also serve from this checkout")
+    ap.add_argument(
+        "--in-process", action="store_true", help="also Library.search from threads, no HTTP"
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=0, help="only the in-process comparison, interleaved"
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-requests", type=int, default=20000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     texts = questions(1000)
     rows = []
+    if args.rounds:
+        for pack in args.packs:
+            for mode in args.modes:
+                rows.append(
+                    {
+                        "pack": pack.name,
+                        "mode": mode,
+                        **interleaved(ensure(pack), texts, mode, args),
+                    }
+                )
+        if args.json:
+            print(json.dumps({"machine": f"{os.cpu_count()} cores", "rounds": rows}, indent=2))
+        return 0
     for pack in args.packs:
         ensure(pack)
         for mode in args.modes:
@@ -227,40 +344,81 @@ def main() -> int:
 
             with kbpack.open(pack) as p:  # a real answer's size for the http.server body
                 body = json.dumps({"pack": pack.stem, **p.search(texts[0], mode=mode).as_dict()})
-            serve = serve_run(pack, texts, mode, args)
             lib = library_run(pack, texts, mode, args.seconds, args.max_requests)
-            floor = http_server_run(body.encode(), args, texts)
-            rows.append(
-                {
-                    "pack": pack.name,
-                    "mode": mode,
-                    "clients": args.clients,
-                    "serve": serve,
-                    "library": lib,
-                    "http_server": floor,
-                    "serve_vs_library": round(serve["rps"] / lib["rps"], 2) if lib["rps"] else None,
-                    "serve_vs_http_server": round(serve["rps"] / floor["rps"], 3)
-                    if floor["rps"]
-                    else None,
-                }
-            )
-            if not args.json:
-                print(render(rows[-1]), flush=True)
+            for clients in args.clients:
+                serve = serve_run(pack, texts, mode, clients, args)
+                peer = (
+                    serve_run(pack, texts, mode, clients, args, args.peer_pythonpath)
+                    if args.peer_pythonpath
+                    else None
+                )
+                inproc = (
+                    {
+                        f"embed_{k}": batched_run(
+                            pack,
+                            texts,
+                            mode,
+                            clients,
+                            args.seconds,
+                            args.max_requests,
+                            k == "together",
+                        )
+                        for k in ("alone", "together")
+                    }
+                    if args.in_process
+                    else None
+                )
+                floor = (
+                    None if args.no_floor else http_server_run(body.encode(), clients, args, texts)
+                )
+                rows.append(
+                    {
+                        "pack": pack.name,
+                        "mode": mode,
+                        "clients": clients,
+                        "serve": serve,
+                        "library": lib,
+                        "peer_serve": peer,
+                        "in_process_batched": inproc,
+                        "http_server": floor,
+                        "serve_vs_library": ratio(serve, lib),
+                        "serve_vs_peer_serve": ratio(serve, peer),
+                        "serve_vs_http_server": ratio(serve, floor),
+                    }
+                )
+                if not args.json:
+                    print(render(rows[-1]), flush=True)
     report = {"machine": f"{os.cpu_count()} cores", "rows": rows}
     if args.json:
         print(json.dumps(report, indent=2))
     return 0
 
 
+def ratio(a: dict[str, Any], b: dict[str, Any] | None) -> float | None:
+    return round(a["rps"] / b["rps"], 2) if b and b["rps"] else None
+
+
 def render(row: dict[str, Any]) -> str:
-    s, lib, fl = row["serve"], row["library"], row["http_server"]
-    return (
+    s, lib, fl, peer = row["serve"], row["library"], row["http_server"], row["peer_serve"]
+    out = (
         f"{row['pack']} {row['mode']}, {row['clients']} clients: "
         f"serve {s['rps']} req/s (p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, "
         f"{s['errors']} errors of {s['requests']}, peak RSS {s['peak_rss_mb']} MB) | "
-        f"library {lib['rps']}/s -> {row['serve_vs_library']}x | "
-        f"http.server fixed body {fl['rps']} req/s -> {row['serve_vs_http_server']}x"
+        f"library {lib['rps']}/s (p99 {lib['p99_ms']} ms) -> {row['serve_vs_library']}x"
     )
+    if peer:
+        out += (
+            f" | peer serve {peer['rps']} req/s (p50 {peer['p50_ms']} ms, p99 {peer['p99_ms']} "
+            f"ms, {peer['errors']} errors) -> {row['serve_vs_peer_serve']}x"
+        )
+    for name, b in (row["in_process_batched"] or {}).items():
+        out += (
+            f" | in-process batched, {name}: {b['rps']}/s (p99 {b['p99_ms']} ms, mean batch "
+            f"{b['mean_batch']}) -> {ratio(b, lib)}x"
+        )
+    if fl:
+        out += f" | http.server fixed body {fl['rps']} req/s -> {row['serve_vs_http_server']}x"
+    return out
 
 
 if __name__ == "__main__":

@@ -95,19 +95,16 @@ class Pack:
         if self._searcher is None:
             # the model loads in a worker thread while the search does its other work; the
             # search modules are imported after it started, and so meanwhile too
-            loading, notes = (
-                (None, [])
-                if not self._load_model
-                else start_embedder(self.reader, self._model_arg, threads=self._threads)
-            )
-            from kbpack.search.searcher import Searcher
+            from kbpack.search.assemble import assemble
 
-            self._searcher = Searcher(self.reader, None, notes, loading=loading)
-            if self._rerank_arg is not None and loading is not None:
-                # two llama.cpp model loads at once (one per thread) are not safe: the
-                # process ended silently with exit 0 in 3 of 4 runs (tests/model/test_rerank.py)
-                loading.wait()
-            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
+            self._searcher = assemble(
+                [self.reader],
+                model=self._model_arg,
+                load_model=self._load_model,
+                threads=self._threads,
+                rerank=self._rerank_arg,
+                background=True,
+            )
         return self._searcher
 
     @property

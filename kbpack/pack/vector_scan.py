@@ -234,8 +234,12 @@ class StoredRows:
         self, q: np.ndarray, *, use_simsimd: bool = True, rounded: bool = False
     ) -> tuple[np.ndarray, float]:
         """``scan`` and the bound on its distance from the float32 reference (0 when exact)."""
-        n, dims = self.shape
         kernel, error = pick_kernel(q, use_simsimd, rounded)
+        return _total(self.scan_parts(kernel)), error
+
+    def scan_parts(self, kernel: Kernel) -> np.ndarray:
+        """``(rows, kernel.parts)`` float32: ``kernel`` applied to every row, block by block."""
+        n, dims = self.shape
         parts = np.empty((n, kernel.parts), np.float32)  # type: ignore[attr-defined]
         if self._blocks is not None:
             aligned = None
@@ -255,7 +259,7 @@ class StoredRows:
             for at in range(0, n, step):
                 rows = np.asarray(self.checked[at : at + step], dtype=FLOAT16)
                 kernel(rows, parts[at : at + rows.shape[0]])
-        return _total(parts), error
+        return parts
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``ids`` as the scan reads them: from the mapped bytes (no checksum,
@@ -305,6 +309,38 @@ def scan_rounded(rows: np.ndarray | StoredRows, q: np.ndarray) -> tuple[np.ndarr
     if isinstance(rows, StoredRows):
         return rows.scan_bounded(q, rounded=True)
     return scan_matrix_bounded(rows, q, rounded=True)
+
+
+def scan_rounded_many(
+    rows: np.ndarray | StoredRows, queries: np.ndarray
+) -> tuple[np.ndarray, list[float]]:
+    """``scan_rounded`` for each row of ``queries`` (B, dims) in one pass over ``rows``: column
+    ``j`` of the ``(rows, B)`` result is ``scan_rounded(rows, queries[j])``'s scores, bit for
+    bit (simsimd scores each (row, query) pair on its own, with the same kernel), and the bound
+    of each. Without simsimd, or for rows not stored as float16, one scan per query."""
+    queries = np.asarray(queries, dtype=np.float32)
+    simsimd = simsimd_module()
+    in_memory = not isinstance(rows, StoredRows)
+    if simsimd is None or (in_memory and np.asarray(rows).dtype != FLOAT16):
+        each = [scan_rounded(rows, q) for q in queries]
+        return np.stack([s for s, _ in each], axis=1), [e for _, e in each]
+    parts = queries.astype(np.float16)
+
+    def kernel(block: np.ndarray, out: np.ndarray) -> np.ndarray:
+        # (not out=: see simsimd_kernel)
+        out[:] = np.asarray(simsimd.cdist(block, parts, metric="dot", out_dtype="float32"))
+        return out
+
+    kernel.parts = parts.shape[0]  # type: ignore[attr-defined]
+    errors = [rounding_error(q) for q in queries]
+    if isinstance(rows, StoredRows):
+        return rows.scan_parts(kernel), errors
+    matrix = np.asarray(rows)
+    out = np.empty((matrix.shape[0], parts.shape[0]), np.float32)
+    step = max(1, BLOCK_BYTES // max(1, matrix.shape[1] * 2))
+    for at in range(0, matrix.shape[0], step):
+        kernel(np.ascontiguousarray(matrix[at : at + step]), out[at : at + step])
+    return out, errors
 
 
 def rows_of(rows: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kbpack.pack.format import PIECE_WEIGHT as PIECE_WEIGHT
-from kbpack.pack.vector_scan import StoredRows, rows_of, scan, scan_rounded, sorted_unique
+from kbpack.pack.vector_scan import (
+    StoredRows,
+    rows_of,
+    scan,
+    scan_rounded,
+    scan_rounded_many,
+    sorted_unique,
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,44 @@ def rounded_chunk_scores(
         return exact_scores(chunk_vectors, q, pieces, ids, rows_of)
 
     return DenseScores(score, cos, error, rescore)
+
+
+def rounded_chunk_scores_many(
+    chunk_vectors: np.ndarray | StoredRows, queries: np.ndarray, pieces: PieceIndex | None
+) -> list[DenseScores]:
+    """``rounded_chunk_scores`` of each row of ``queries`` (B, dims), the same bits, from one
+    pass over the rows for the whole batch (``scan_rounded_many``); what a server's batch of
+    concurrent queries scans."""
+    queries = np.asarray(queries, dtype=np.float32)
+    cos_all, errors = scan_rounded_many(chunk_vectors, queries)
+    with_pieces = pieces is not None and pieces.owners.size > 0
+    if with_pieces:
+        assert pieces is not None
+        piece_all, piece_errors = scan_rounded_many(pieces.vectors, queries)
+    out = []
+    for j, q in enumerate(queries):
+        score = cos = np.ascontiguousarray(cos_all[:, j])
+        error = errors[j]
+        if with_pieces:
+            assert pieces is not None
+            error = max(error, piece_errors[j])
+            best = cos.copy()
+            piece_cos = np.ascontiguousarray(piece_all[:, j])
+            best[pieces.owners] = np.maximum.reduceat(piece_cos, pieces.starts)
+            score = (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT)
+        else:
+            cos = cos.copy()  # score and cos are patched apart
+        out.append(DenseScores(score, cos, error, _rescorer(chunk_vectors, q, pieces)))
+    return out
+
+
+def _rescorer(
+    chunk_vectors: np.ndarray | StoredRows, q: np.ndarray, pieces: PieceIndex | None
+) -> Rescore:
+    def rescore(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return exact_scores(chunk_vectors, q, pieces, ids, rows_of)
+
+    return rescore
 
 
 Rescore = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]

@@ -3,7 +3,7 @@
 The packs are laid end to end: chunk ``c`` of pack ``i`` is chunk ``base[i] + c`` of the set,
 which is the row it would have in a pack merged from them in the same order. Every step of
 ``search.Searcher.search`` (fusion, refusal gate, citations) runs unchanged on those ids; only
-the primitives below are answered across packs:
+the ``Corpus`` primitives below (``SetCorpus``) are answered across packs:
 
 * BM25 uses collection statistics summed over the packs -- N, each term's document frequency,
   the mean chunk length -- so every score equals the one a merged pack gives (tested).
@@ -16,7 +16,8 @@ the primitives below are answered across packs:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +29,27 @@ from kbpack.pack.copies import NEAR_THRESHOLD, Fingerprint, WordHashes, fingerpr
 from kbpack.pack.read import PackReader
 from kbpack.search.bm25 import length_norms, term_scores
 from kbpack.search.bm25_top import TermList
+from kbpack.search.corpus import PackCorpus
 from kbpack.search.dense import DenseScores
-from kbpack.search.searcher import Result, Searcher, SearchResponse
+from kbpack.search.results import Result, SearchResponse
+from kbpack.search.searcher import Searcher
 from kbpack.text.analyze import query_terms
 
 # Contributions kept for query terms seen before, up to this many postings (16 bytes each)
 _MEMO_POSTINGS = 4_000_000
 
 
-class SetSearcher(Searcher):
-    """A ``Searcher`` over several packs; ``members`` are each pack's own searcher."""
+class SetCorpus:
+    """Several packs as one ``Corpus``; ``members`` are each pack's own ``PackCorpus``."""
 
-    def __init__(
-        self,
-        members: Sequence[Searcher],
-        embedder: Any | None,
-        notes: Sequence[str] = (),
-        names: Sequence[str] | None = None,
-    ) -> None:
+    def __init__(self, members: Sequence[PackCorpus], names: Sequence[str] | None = None) -> None:
         """``names``: what each result's ``pack`` says (default: each pack's file name)."""
         if not members:
             raise ValueError("a pack set needs at least one pack")
-        super().__init__(members[0].r, embedder, notes)
         self.members = list(members)
+        self.where = self.members[0].where
         self.names = list(names) if names is not None else [m.r.path.name for m in members]
-        sizes = [len(m.r.column(F.BM25_DOC_LEN)) for m in self.members]
+        sizes = [m.n_chunks() for m in self.members]
         self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         params = {m.r.bm25_params for m in self.members}
         if len(params) > 1:
@@ -61,18 +58,21 @@ class SetSearcher(Searcher):
                 f"({sorted(params)}); they cannot be scored as one"
             )
         self.k1, self.b = params.pop()
-        analyzers = {m.r.bm25_analyzer for m in self.members}
+        analyzers = {m.analyzer_name for m in self.members}
         if len(analyzers) > 1:
-            names = sorted(a or "plain" for a in analyzers)
+            shown = sorted(a or "plain" for a in analyzers)
             raise UsageError(
-                f"{self.members[1].r.path}: BM25 analyzers differ between the packs ({names}); "
+                f"{self.members[1].r.path}: BM25 analyzers differ between the packs ({shown}); "
                 "rebuild them with one --analyzer to search them as one"
             )
         self.analyzer_name = analyzers.pop()
+        self._norms: np.ndarray | None = None
+        self._queries = 0
         self._in_memory = False  # postings read whole (from the second query on)
         self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._cached = 0  # postings held in _parts
         self._word_hashes = WordHashes()  # cross-pack copies: fingerprints of results
+        self._lock = threading.Lock()
 
     # -- where a set chunk lives ---------------------------------------------------------------
     def locate(self, chunk: int) -> tuple[int, int]:
@@ -80,31 +80,35 @@ class SetSearcher(Searcher):
         i = int(np.searchsorted(self.base, chunk, side="right")) - 1
         return i, int(chunk - self.base[i])
 
-    def _answerer(self, chunk: int) -> int:
+    def answerer(self, chunk: int) -> int:
         """Each pack answers a query or not by its own threshold (``Searcher.search``)."""
         return self.locate(chunk)[0]
 
     def n_chunks(self) -> int:
         return int(self.base[-1])
 
-    def prepare(self) -> None:
+    def prepare(self, vectors: bool) -> None:
         """Map each pack's vectors now (a server pays once at start)."""
-        if self.embedder is not None:
+        if vectors:
             for m in self.members:
                 m.r.stored_rows(F.VEC_DATA)
 
+    def read_ahead(self, loading: Callable[[], bool]) -> None:
+        """Nothing: a set's model is loaded before its first search."""
+
     # -- BM25 with summed statistics -----------------------------------------------------------
-    def _bm25_terms(self, query: str) -> list[TermList]:
+    def terms(self, query: str) -> list[TermList]:
         n = self.n_chunks()
-        if self._norms is None:
-            # One mean length over every chunk of the set, computed as a merged pack would.
-            lengths = [m.r.column(F.BM25_DOC_LEN) for m in self.members]
-            self._norms = length_norms(np.concatenate(lengths), self.k1, self.b)
-        self._bm25_queries += 1
-        if self._bm25_queries == 2:
-            # A second query means batch mode, a server or the API: from now on read each
-            # pack's postings from memory (one read each) instead of slicing HDF5 per term.
-            self._in_memory = True
+        with self._lock:
+            if self._norms is None:
+                # One mean length over every chunk of the set, computed as a merged pack would.
+                lengths = [m.r.column(F.BM25_DOC_LEN) for m in self.members]
+                self._norms = length_norms(np.concatenate(lengths), self.k1, self.b)
+            self._queries += 1
+            if self._queries == 2:
+                # A second query means batch mode, a server or the API: from now on read each
+                # pack's postings from memory (one read each) instead of slicing HDF5 per term.
+                self._in_memory = True
         # One list per term, its packs' parts end to end (set ids ascend across packs), in the
         # query's order: each chunk's terms are summed in the order a merged pack sums them, so
         # the scores are equal to the last bit, not merely close.
@@ -125,9 +129,9 @@ class SetSearcher(Searcher):
             return cached
         spans = []  # (member, lo, hi): the term's postings in each pack holding it
         for i, m in enumerate(self.members):
-            row = m.lookup().find(term)
+            row = m.postings.lookup().find(term)
             if row is not None:
-                indptr = m.indptr()
+                indptr = m.postings.indptr()
                 spans.append((i, int(indptr[row]), int(indptr[row + 1])))
         df = sum(hi - lo for _, lo, hi in spans)
         assert self._norms is not None
@@ -141,11 +145,12 @@ class SetSearcher(Searcher):
             )
             parts.append((ids.astype(np.int64) + a, scores))
         size = sum(len(x) for x, _ in parts)
-        if self._cached + size > _MEMO_POSTINGS:
-            self._parts.clear()
-            self._cached = 0
-        self._parts[term] = parts
-        self._cached += size
+        with self._lock:
+            if self._cached + size > _MEMO_POSTINGS:
+                self._parts.clear()
+                self._cached = 0
+            self._parts[term] = parts
+            self._cached += size
         return parts
 
     def doc_freq(self, term: str) -> int:
@@ -159,22 +164,32 @@ class SetSearcher(Searcher):
         return merged
 
     # -- dense ---------------------------------------------------------------------------------
-    def _scores(self, q: np.ndarray) -> DenseScores:
-        # each pack scores its own chunks (with its pieces, if it has them)
-        return DenseScores.concatenate([m._scores(q) for m in self.members], self.base[:-1])
+    def query_prefix(self) -> str:
+        return self.members[0].query_prefix()  # one query vector serves every pack
 
-    def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def dense_scores(self, q: np.ndarray) -> DenseScores:
+        # each pack scores its own chunks (with its pieces, if it has them)
+        return DenseScores.concatenate([m.dense_scores(q) for m in self.members], self.base[:-1])
+
+    def dense_scores_many(self, queries: np.ndarray) -> list[DenseScores]:
+        per_pack = [m.dense_scores_many(queries) for m in self.members]
+        return [
+            DenseScores.concatenate([p[j] for p in per_pack], self.base[:-1])
+            for j in range(len(queries))
+        ]
+
+    def checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         score = np.empty(ids.size, np.float32)
         cos = np.empty(ids.size, np.float32)
         for at, c in enumerate(ids):
             i, local = self.locate(int(c))
-            s, x = self.members[i]._checked_scores(q, np.array([local]))
+            s, x = self.members[i].checked_scores(q, np.array([local]))
             score[at], cos[at] = s[0], x[0]
         return score, cos
 
-    # -- filters, gate, thresholds, citations --------------------------------------------------
-    def _mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
-        masks = [m._mask(doc, kind, section) for m in self.members]
+    # -- filters, thresholds, citations --------------------------------------------------------
+    def mask(self, doc: str | None, kind: str | None, section: str | None) -> np.ndarray | None:
+        masks = [m.mask(doc, kind, section) for m in self.members]
         if all(x is None for x in masks):
             return None
         sizes = np.diff(self.base)
@@ -187,10 +202,10 @@ class SetSearcher(Searcher):
 
     def default_threshold(self) -> float:
         """The loosest of the packs' thresholds (what a refusal message names); each result is
-        held to its own pack's threshold (``_threshold``)."""
+        held to its own pack's threshold (``threshold``)."""
         return max(m.default_threshold() for m in self.members)
 
-    def _threshold(self, chunk: int) -> float:
+    def threshold(self, chunk: int) -> float:
         i, _ = self.locate(chunk)
         return self.members[i].default_threshold()
 
@@ -198,37 +213,50 @@ class SetSearcher(Searcher):
         i, local = self.locate(chunk)
         return self.members[i].chunk_content(local)
 
+    def result(
+        self,
+        rank: int,
+        c: int,
+        score: float,
+        distance: float | None,
+        bm25_rank: int | None,
+        dense_rank: int | None,
+        context: str,
+    ) -> Result:
+        i, local = self.locate(c)
+        r = self.members[i].result(rank, local, score, distance, bm25_rank, dense_rank, context)
+        r.pack = self.names[i]
+        return r
+
     # -- copies: each pack's stored groups, and copies across packs found among the results ----
     def copy_group(self, chunk: int) -> Any | None:
-        if not self.use_copies:
-            return None
         i, local = self.locate(chunk)
         group = self.members[i].copy_group(local)
         return None if group is None else (i, group)
 
-    def _list_copies(
-        self, chunk: int, res: Result, prefix: str = "", context: str = "chunk"
-    ) -> None:
-        if not self.use_copies:
-            return
+    def copy_members(self, chunk: int) -> list[int]:
         i, local = self.locate(chunk)
-        self.members[i]._list_copies(local, res, f"{self.names[i]}: ", context)
+        return [int(self.base[i]) + c for c in self.members[i].copy_members(local)]
 
-    def _near_copy_in(
-        self, chunk: int, res: Result, ids: list[int], shown: list[Result]
+    def list_copies(self, chunk: int, res: Result, context: str = "chunk") -> None:
+        i, local = self.locate(chunk)
+        self.members[i].list_copies(local, res, context, f"{self.names[i]}: ")
+
+    def near_copy_in(
+        self, chunk: int, ids: Sequence[int], shown: Sequence[Result]
     ) -> Result | None:
         """A result of another pack whose chunk is a copy of this one by the rule each pack's
         groups were made with (kbpack/pack/copies.py): the same manual in two packs of a set is one
         result. Only between packs that store groups (0.2.0 packs keep identical-words only)."""
         i, _ = self.locate(chunk)
-        if not (self.use_copies and self.members[i].r.has_copies):
+        if self.members[i].copy_groups() is None:
             return None
         mine = self._fingerprint(chunk)
         if mine.key is None:
             return None
         for c, other in zip(ids, shown, strict=True):  # (a few results: no memo needed)
             j, _ = self.locate(c)
-            if j == i or not self.members[j].r.has_copies:
+            if j == i or self.members[j].copy_groups() is None:
                 continue
             theirs = self._fingerprint(c)
             near = (
@@ -243,22 +271,19 @@ class SetSearcher(Searcher):
     def _fingerprint(self, chunk: int) -> Fingerprint:
         """The fingerprint of set chunk ``chunk`` (its own words, whatever ``--context``)."""
         i, local = self.locate(chunk)
-        return fingerprint(self.members[i].r.chunk_content(local), self._word_hashes)
+        return fingerprint(self.members[i].chunk_content(local), self._word_hashes)
 
-    def _result(
-        self,
-        rank: int,
-        c: int,
-        score: float,
-        distance: float | None,
-        bm25_rank: int | None,
-        dense_rank: int | None,
-        context: str,
-    ) -> Result:
-        i, local = self.locate(c)
-        r = self.members[i]._result(rank, local, score, distance, bm25_rank, dense_rank, context)
-        r.pack = self.names[i]
-        return r
+
+def SetSearcher(
+    members: Sequence[Searcher],
+    embedder: Any | None,
+    notes: Sequence[str] = (),
+    names: Sequence[str] | None = None,
+) -> Searcher:
+    """A ``Searcher`` over the packs of ``members`` (each pack's own searcher) as one."""
+    corpora = [m.corpus for m in members]
+    assert all(isinstance(c, PackCorpus) for c in corpora)
+    return Searcher(SetCorpus(corpora, names), embedder, notes)  # type: ignore[arg-type]
 
 
 class PackSet:
@@ -298,7 +323,7 @@ class PackSet:
         self._rerank_arg = Path(rerank) if rerank else None
         self._load_model = load_model
         self._threads = threads
-        self._searcher: SetSearcher | None = None
+        self._searcher: Searcher | None = None
         self.mixed_models = model_mismatch(self.readers)
 
     def __enter__(self) -> PackSet:
@@ -316,28 +341,18 @@ class PackSet:
         return sum(int(r.counts.get("chunks", 0)) for r in self.readers)
 
     @property
-    def searcher(self) -> SetSearcher:
+    def searcher(self) -> Searcher:
         if self._searcher is None:
-            embedder, notes = None, []
-            if self.mixed_models:
-                notes = [f"{self.mixed_models}: dense search skipped, lexical-only results"]
-            elif self._load_model:
-                from kbpack.model.resolve import resolve_embedder
+            from kbpack.search.assemble import assemble
 
-                embedder, notes = resolve_embedder(
-                    self.readers[0], self._model_arg, threads=self._threads
-                )
-            notes.extend(self.set_notes)
-            notes.extend(_incomplete_sets(self.readers))
-            thresholds = {r.path.name: r.search_defaults["max_distance"] for r in self.readers}
-            if len(set(thresholds.values())) > 1:
-                each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
-                notes.append(f"each pack's results are held to its own threshold ({each})")
-            members = [Searcher(r, embedder) for r in self.readers]
-            self._searcher = SetSearcher(members, embedder, notes)
-            from kbpack.model.resolve import load_reranker
-
-            self._searcher.reranker = load_reranker(self._rerank_arg, self._threads)
+            self._searcher = assemble(
+                self.readers,
+                model=self._model_arg,
+                load_model=self._load_model,
+                threads=self._threads,
+                rerank=self._rerank_arg,
+                notes=[*self.set_notes, *_incomplete_sets(self.readers)],
+            )
         return self._searcher
 
     @property
@@ -407,4 +422,4 @@ def model_mismatch(readers: Sequence[PackReader]) -> str | None:
 
 _model_mismatch = model_mismatch  # the name serve/library.py imports
 
-__all__ = ["PackSet", "SetSearcher", "model_mismatch"]
+__all__ = ["PackSet", "SetCorpus", "SetSearcher", "model_mismatch"]

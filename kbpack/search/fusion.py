@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 DENSE_WEIGHT = 0.8
+CANDIDATES = 100  # per list; the fused list is cut to k afterwards
 RULE = "convex: 0.8*minmax(cos) + 0.2*bm25/max(bm25) over dense top 100 + bm25 top 100"
 
 

@@ -1,10 +1,12 @@
 """The packs a server serves, opened once: readers, searchers, one embedder per model, and the
-locks that make concurrent requests safe.
+batches that let concurrent requests share the work.
 
-Why the locks: a ``Searcher`` caches the last query vector and bakes BM25 lazily, and a
-llama.cpp context must not be entered by two threads at once. Each pack's searches run under
-that pack's lock; an embedder shared by several packs (same model hash) is wrapped so its calls
-run under its own lock. Reading text and metadata needs no lock (h5py serialises its own calls).
+Concurrent searches of one searcher (a pack, or every pack as one) are answered in batches
+(``Batches``): a request joins the queue; whatever is queued while a batch runs becomes the
+next batch, run by ``Searcher.search_many`` -- one embedder call for all its queries, one pass
+over the vectors. No lock is held around a search: a ``Searcher`` keeps no per-query state, its
+lazy reads are guarded where they are made, a llama.cpp context (not thread-safe) is wrapped
+so its calls run one at a time (``SerialEmbedder``), and h5py serialises its own calls.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import glob
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,30 +29,64 @@ from kbpack.pack import format as F
 from kbpack.pack.checks import FileState, held_path
 from kbpack.pack.read import PackReader
 from kbpack.pack.sign import SignaturePolicy
-from kbpack.search.searcher import MODES, Searcher, SearchResponse
+from kbpack.search.assemble import SerialEmbedder as SerialEmbedder
+from kbpack.search.assemble import assemble
+from kbpack.search.searcher import MODES, Searcher, SearchRequest, SearchResponse
 from kbpack.text.document import Page
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
 
 
-class SerialEmbedder:
-    """An embedder whose calls run one at a time (llama.cpp contexts are not thread-safe)."""
+class Batches:
+    """Runs a searcher's concurrent requests in batches, without a fixed wait: the first
+    request starts a worker thread; every request queued while a batch runs joins the next
+    one; the worker ends when the queue is empty. A batch that fails is run again request by
+    request, so that one bad request fails alone. ``embed_together``: the batch's queries in
+    one embedder call (faster; not bit for bit with a lone query, see ``search_many``)."""
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
+    def __init__(self, searcher: Searcher, embed_together: bool = False) -> None:
+        self.searcher = searcher
+        self.embed_together = embed_together
+        self._queue: list[tuple[SearchRequest, Future[SearchResponse]]] = []
         self._lock = threading.Lock()
+        self._working = False
+        self.batches = 0  # batches run, and the requests in them (tests, bench/serve_load.py)
+        self.requests = 0
 
-    def embed(self, texts: Sequence[str]) -> Any:
+    def search(self, request: SearchRequest) -> SearchResponse:
+        done: Future[SearchResponse] = Future()
         with self._lock:
-            return self._inner.embed(texts)
+            self._queue.append((request, done))
+            start = not self._working
+            self._working = True
+        if start:
+            threading.Thread(target=self._work, daemon=True, name="kbpack-search").start()
+        return done.result()
 
-    def count_tokens(self, text: str) -> int:
-        with self._lock:
-            return int(self._inner.count_tokens(text))
-
-    def __getattr__(self, name: str) -> Any:  # read-only attributes (dims, window, ...)
-        return getattr(self._inner, name)
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._working = False
+                    return
+            self.batches += 1
+            self.requests += len(batch)
+            try:
+                requests = [req for req, _ in batch]
+                answers = self.searcher.search_many(requests, embed_together=self.embed_together)
+            except BaseException:
+                answers = None
+            if answers is not None:
+                for (_, done), answer in zip(batch, answers, strict=True):
+                    done.set_result(answer)
+                continue
+            for req, done in batch:
+                try:
+                    done.set_result(self.searcher.search_many([req])[0])
+                except BaseException as e:
+                    done.set_exception(e)
 
 
 @dataclass
@@ -97,9 +134,13 @@ class Served:
     reader: PackReader
     searcher: Searcher
     status: dict[str, Any]  # the check run on this very file (``check_held``)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held while swapping files
     pending: FileState | None = None  # a new file at the path: being checked, or refused
     change_note: str | None = None  # why the new file at the path is not served (yet)
+    batches: Batches = field(init=False)  # this searcher's concurrent requests, batched
+
+    def __post_init__(self) -> None:
+        self.batches = Batches(self.searcher)
 
     @property
     def verify(self) -> dict[str, Any]:
@@ -158,7 +199,9 @@ class Library:
         load_model: bool = True,
         on_progress: Callable[[str], None] | None = None,
         policy: SignaturePolicy | None = None,
+        embed_together: bool = False,
     ) -> None:
+        """``embed_together``: a batch's queries embedded in one call (``Batches``)."""
         if not paths:
             raise UsageError("give at least one pack: kbpack serve PACK...")
         self._say = on_progress or (lambda _: None)
@@ -167,8 +210,10 @@ class Library:
         self._full = full_verify
         self._load_model = load_model
         self._policy = policy or SignaturePolicy()  # default: the trusted keys configured
+        self._together = embed_together
         self.packs: dict[str, Served] = {}
-        self.federated: Any | None = None  # a SetSearcher when several packs are served
+        self.federated: Searcher | None = None  # over every pack, when several are served
+        self._federated_batches: Batches | None = None
         self.by_file: dict[str, str] = {}
         self._embedders: dict[str, tuple[Any, list[str]]] = {}
         self._retired: list[PackReader] = []  # replaced files: a request may still read them
@@ -177,7 +222,9 @@ class Library:
             for name, path in zip(unique_names(paths), paths, strict=True):
                 reader, searcher, status = self._open(Path(path))
                 self.packs[name] = Served(name, Path(path), reader, searcher, status)
+                self.packs[name].batches.embed_together = embed_together
             self.federated = self._federate()
+            self._federated_batches = self._batches(self.federated)
         except BaseException:
             self.close()
             raise
@@ -193,21 +240,13 @@ class Library:
             reader = PackReader(path)
         try:
             reader.checks.signature = self._policy.enforce(reader.header, path).as_dict()
-            embedder = None
-            notes: list[str] = []
             if self._load_model and reader.model is not None:
                 sha = str(reader.model[F.M_SHA256])
                 if sha not in self._embedders:
-                    from kbpack.model.resolve import resolve_embedder
-
                     self._say(f"loading the model of {path}")
-                    raw, why = resolve_embedder(reader, self._model)
-                    wrapped = SerialEmbedder(raw) if raw is not None else None
-                    self._embedders[sha] = (wrapped, why)
-                embedder, notes = self._embedders[sha]
-            elif reader.model is None:
-                notes = ["this pack has no vectors (built with --no-vectors): lexical-only"]
-            searcher = Searcher(reader, embedder, notes)
+            searcher = assemble(
+                [reader], model=self._model, load_model=self._load_model, shared=self._embedders
+            )
             searcher.prepare()
         except BaseException:
             reader.close()
@@ -252,10 +291,15 @@ class Library:
                     held.enter_context(q.lock)
                 self._retired.append(p.reader)
                 p.reader, p.searcher, p.status = reader, searcher, status
+                p.batches = Batches(searcher, self._together)
                 p.pending, p.change_note = None, None
                 self.federated = self._federate()
+                self._federated_batches = self._batches(self.federated)
 
-    def _federate(self) -> Any | None:
+    def _batches(self, searcher: Searcher | None) -> Batches | None:
+        return Batches(searcher, self._together) if searcher is not None else None
+
+    def _federate(self) -> Searcher | None:
         """One searcher over every pack (``kbpack query A B TEXT``'s), for a search that names
         no pack; None with one pack, or when two packs share a file name (results name their
         pack by file name, so such a set could not be told apart)."""
@@ -263,17 +307,13 @@ class Library:
         self.by_file = {p.path.name: p.name for p in served}
         if len(served) < 2 or len(self.by_file) < len(served):
             return None
-        from kbpack.search.federate import SetSearcher, _model_mismatch
-
-        mixed = _model_mismatch([p.reader for p in served])
-        embedder = None if mixed else served[0].searcher.embedder
-        notes = [f"{mixed}: dense search skipped, lexical-only results"] if mixed else []
-        notes += served[0].searcher.notes if not mixed else []
-        thresholds = {p.path.name: p.reader.search_defaults["max_distance"] for p in served}
-        if len(set(thresholds.values())) > 1:
-            each = ", ".join(f"{k} {v:g}" for k, v in thresholds.items())
-            notes.append(f"each pack's results are held to its own threshold ({each})")
-        return SetSearcher([p.searcher for p in served], embedder, notes)
+        return assemble(
+            [p.reader for p in served],
+            model=self._model,
+            load_model=self._load_model,
+            shared=self._embedders,
+            corpora=[p.searcher.corpus for p in served],  # type: ignore[misc]
+        )
 
     def close(self) -> None:
         for p in self.packs.values():
@@ -319,21 +359,15 @@ class Library:
         check_query(query, k, mode)
         # a document filter is an exact name from the pack, so glob characters in it are literal
         doc_glob = glob.escape(doc) if doc else None
-        if not pack and self.federated is not None:
-            if mode == "dense" and self.federated.embedder is None:
-                raise UsageError(f"{self.federated.notes[0]}; mode dense needs one model")
-            # the set searcher reads every member's state: hold every pack's lock, in one order
-            with contextlib.ExitStack() as held:
-                for p in self.packs.values():
-                    held.enter_context(p.lock)
-                return self.federated.search(
-                    query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
-                )
-        p = self.get(pack)
-        with p.lock:
-            return p.searcher.search(
-                query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
-            )
+        request = SearchRequest(
+            query, k=k, mode=mode, doc=doc_glob, kind=kind, section=section, refuse=refuse
+        )
+        federated, batches = self.federated, self._federated_batches
+        if not pack and federated is not None and batches is not None:
+            if mode == "dense" and federated.embedder is None:
+                raise UsageError(f"{federated.notes[0]}; mode dense needs one model")
+            return batches.search(request)
+        return self.get(pack).batches.search(request)
 
     def pack_of(self, result: Any, pack: str | None) -> str:
         """The served name of the pack a result came from."""

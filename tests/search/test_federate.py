@@ -188,4 +188,4 @@ def test_batch_queries_read_postings_once_and_score_the_same(packs: dict[str, Pa
                 # the union pack bakes its scores from its second query (numpy's log1p, which
                 # may differ from math.log1p in the last bit)
                 np.testing.assert_allclose(scores_f, scores_u, rtol=1e-12)
-        assert fed.searcher._in_memory and fed.searcher._parts
+        assert fed.searcher.corpus._in_memory and fed.searcher.corpus._parts  # type: ignore[attr-defined]

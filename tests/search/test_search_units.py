@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from kbpack.search.searcher import code_like_terms, foreign_query, locator, rrf
+from kbpack.search.searcher import code_like_terms, foreign_query, locator
+from tests.paths import REPO_ROOT
+
+# rrf is the rule the score fusion replaced: bench/fusion.py's peer, kept in bench/peers.py
+_spec = importlib.util.spec_from_file_location("bench_peers", REPO_ROOT / "bench" / "peers.py")
+assert _spec is not None and _spec.loader is not None
+_rrf_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_rrf_module)
+rrf = _rrf_module.rrf
 
 
 def test_rrf_matches_hand_computed_example() -> None:
