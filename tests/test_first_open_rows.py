@@ -1,0 +1,218 @@
+"""The first open's sandboxed check (kbpack/pack/preflight.py) no longer reads every string row:
+the reader checks each row's HDF5 global heap reference as it reads the row (issue 35, item 3).
+
+A string row is 16 bytes in its contiguous column: length, collection address, object index.
+HDF5 follows it into a global heap collection with no checksum, trusting what it finds: a
+malformed collection stalls or overruns it (tests/test_fuzz_findings.py), an object of another
+length makes it copy more than it allocated. These packs are crafted so that only a row leads
+there: the first open must let them in (it reads no row), and the read of that row must refuse
+them in one line naming the element and the row.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import struct
+from pathlib import Path
+
+import h5py
+import pytest
+from test_fuzz_findings import GOLDEN, kbpack
+
+import kbpack.pack.global_heap as global_heap
+from kbpack.errors import PackError
+from kbpack.pack import format as F
+from kbpack.pack.global_heap import (
+    SIGNATURE,
+    walk_collection,
+    walk_collection_fast,
+)
+from kbpack.pack.manifest import read_header
+from kbpack.pack.preflight import (
+    Outcome,
+    _recall_outcome,
+    is_remembered_clean,
+    memo_key,
+    remember_parsed,
+)
+from kbpack.pack.read import DamagedDataError, PackReader
+from kbpack.pack.storage import data_spans
+
+USERBLOCK = F.USERBLOCK_SIZE
+
+
+def row_reference(pack: Path, path: str, row: int) -> tuple[int, tuple[int, int, int]]:
+    """(file offset, (length, collection address, object index)) of a string row."""
+    with h5py.File(pack, "r", locking=False) as h:
+        at = int(h[path].id.get_offset()) + 16 * row
+    with open(pack, "rb") as f:
+        f.seek(at)
+        return at, struct.unpack("<IQI", f.read(16))
+
+
+def poke(pack: Path, at: int, data: bytes) -> None:
+    with open(pack, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def stalled_collection_in_vectors(pack: Path) -> int:
+    """Write a collection HDF5 would loop on forever (a free-space object of size 0) in the
+    middle of /vectors/data's stored chunk, where no attribute and no HDF5 metadata leads (and
+    HDF5's 512-byte speculative reads of the headers beside it do not reach): only a row
+    crafted to point there. Returns its file offset."""
+    with h5py.File(pack, "r") as h:
+        start, length = data_spans(h[F.VEC_DATA])[0]
+        at = start + length // 2 // 8 * 8
+    size = 64
+    body = SIGNATURE + size.to_bytes(8, "little")
+    body += (1).to_bytes(2, "little") + bytes(6) + (5).to_bytes(8, "little") + b"hello\0\0\0"
+    body += bytes(2) + bytes(6) + (0).to_bytes(8, "little")  # free space of size 0: a stall
+    poke(pack, at, body.ljust(size, b"\0"))
+    return at
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KBPACK_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_row_leading_to_a_stalled_collection_is_refused_when_read(
+    tmp_path: Path, cache: Path
+) -> None:
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    fake = stalled_collection_in_vectors(pack)
+    at, (_length, _address, _index) = row_reference(pack, F.SEC_TITLE, 2)
+    poke(pack, at, struct.pack("<IQI", 5, fake - USERBLOCK, 1))
+    with PackReader(pack) as r:  # the first open reads no row: it lets the pack in
+        assert r.rows_checked_as_read
+        assert r.string_at(F.SEC_TITLE, 1)  # a row beside it reads as before
+        with pytest.raises(DamagedDataError) as e:
+            r.string_at(F.SEC_TITLE, 2)
+    message = str(e.value)
+    assert "\n" not in message and F.SEC_TITLE in message and "row 2" in message
+    assert f"global heap collection at byte {fake}" in message and "has size 0" in message
+    # every command that reads the row stops there in one line (a hang fails the test)
+    for args in (["export", str(pack), "--what", "sections"], ["verify", str(pack)]):
+        r2 = kbpack(*args, cache=cache)
+        assert r2.returncode == 1, (args, r2.stdout, r2.stderr)
+        if args[0] == "export":
+            assert r2.stderr.count("\n") == 1 and "row 2" in r2.stderr, r2.stderr
+
+
+@pytest.mark.parametrize(
+    ("craft", "says"),
+    [
+        (lambda n, a, i: (n - 1 if n > 1 else n + 1, a, i), "holds"),  # HDF5 would copy n bytes into n - 1
+        (lambda n, a, i: (n + 7, a, i), "holds"),
+        (lambda n, a, i: (n, a, 999), "lacks"),  # an object the collection does not hold
+        (lambda n, a, i: (n, a, 0), "lacks"),  # the free space
+        (lambda n, a, i: (n, a + 8, i), "no collection there"),
+        (lambda n, a, i: (n, 2**40, i), "past the end of the file"),
+    ],
+)
+def test_a_query_refuses_a_text_whose_heap_reference_is_crafted(
+    tmp_path: Path, cache: Path, craft: object, says: str
+) -> None:
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    n_docs = read_header(pack).manifest.counts["documents"]
+    for doc in range(n_docs):  # whichever document the query cites
+        at, ref = row_reference(pack, F.DOC_TEXT, doc)
+        poke(pack, at, struct.pack("<IQI", *craft(*ref)))  # type: ignore[operator]
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf", cache=cache)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert F.DOC_TEXT in r.stderr and "row " in r.stderr and says in r.stderr, r.stderr
+    assert "internal error" not in r.stderr
+
+
+def test_the_first_open_walks_no_heap_of_the_rows(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the first open checks: the structure and the attributes, through the guarded file;
+    never the whole-file heap scan, never a string row. What a reader checks: the rows it
+    reads, each collection once."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    stalled_collection_in_vectors(pack)  # a scan of every collection would refuse the pack
+
+    def no_scan(path: Path) -> list[str]:
+        raise AssertionError("the first open scanned the whole file")
+
+    monkeypatch.setattr(global_heap, "malformed_collections", no_scan)  # the forked child too
+    with PackReader(pack) as r:
+        header = read_header(pack)
+        assert _recall_outcome(memo_key(pack, header)) == Outcome(structure=True, rows=False)
+        assert not is_remembered_clean(pack, header)  # sign must not carry it over as proven
+        assert r._heap is None  # no row read yet: nothing walked in-process
+        r.string_at(F.SEC_TITLE, 0)
+        assert r._heap is not None
+        _, (_, address, _) = row_reference(pack, F.SEC_TITLE, 0)
+        assert list(r._heap.walked) == [address + USERBLOCK]  # that row's collection only
+        r.string_at(F.SEC_TITLE, 1)
+        assert len(r._heap.walked) == 1  # same collection: walked once
+    with PackReader(pack) as r:  # remembered: no child, the rows still checked as read
+        assert r.rows_checked_as_read
+
+
+def test_a_pack_written_or_verified_here_reads_its_rows_unchecked(
+    tmp_path: Path, cache: Path
+) -> None:
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    remember_parsed(pack)  # what a writer's commit and a full verify record
+    with PackReader(pack) as r:
+        assert not r.rows_checked_as_read
+        assert r.string_at(F.SEC_TITLE, 0)
+        assert r._heap is None
+    assert is_remembered_clean(pack, read_header(pack))
+
+
+def test_a_column_not_stored_as_kbpack_writes_it_is_read_whole_by_the_child(
+    tmp_path: Path, cache: Path
+) -> None:
+    """A string column the reader cannot check row by row (here: chunked) is read whole in
+    the sandboxed child, as every column was before, and its rows are then proven."""
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    with h5py.File(pack, "r+") as h:
+        names = list(h[F.DOC_NAME][()])
+        del h[F.DOC_NAME]
+        h.create_dataset(F.DOC_NAME, data=names, dtype=h5py.string_dtype(), chunks=(2,))
+    try:
+        r = PackReader(pack)
+    except PackError:
+        return  # the structure allowlist refuses the layout: as safe
+    with r:
+        assert not r.rows_checked_as_read
+
+
+def collection(rng: random.Random) -> bytes:
+    """A random collection: mostly well formed, sometimes with a repeated index, a size past
+    the end, a free-space object of the wrong size, a short tail."""
+    size = rng.choice([16, 40, 4096, 8192, 8197, 65536, rng.randrange(16, 20000)])
+    out = bytearray(SIGNATURE + size.to_bytes(8, "little"))
+    index = 1
+    while len(out) < size:
+        if rng.random() < 0.05:
+            n = size - len(out) if rng.random() < 0.7 else rng.choice([0, 8, 2**20])
+            out += bytes(8) + n.to_bytes(8, "little")
+            break
+        n = rng.choice([0, 1, 5, 8, 30, 200, rng.randrange(3000)])
+        if rng.random() < 0.01:
+            n = rng.choice([2**40, 2**63, 2**64 - 1])
+        i = index if rng.random() > 0.02 else rng.randrange(index + 1)
+        index += 1
+        out += (i % 65536).to_bytes(2, "little") + bytes(6) + n.to_bytes(8, "little")
+        out += bytes(min((n + 7) // 8 * 8, size))
+    return bytes(out[:size]).ljust(size, b"\0")
+
+
+def test_the_numpy_walk_answers_as_the_object_by_object_walk() -> None:
+    rng = random.Random(35)
+    outcomes = set()
+    for _ in range(1500):
+        data = collection(rng)
+        slow = walk_collection(data, 0, origin=1000)
+        assert walk_collection_fast(data, origin=1000) == slow
+        outcomes.add((slow[0] or "intact").split(" ")[0])
+    assert {"intact", "free-space", "object"} <= outcomes  # the crafted cases were met
