@@ -105,7 +105,8 @@ def test_a_row_leading_to_a_stalled_collection_is_refused_when_read(
 @pytest.mark.parametrize(
     ("craft", "says"),
     [
-        (lambda n, a, i: (n - 1 if n > 1 else n + 1, a, i), "holds"),  # HDF5 would copy n bytes into n - 1
+        # HDF5 would copy n bytes into n - 1
+        (lambda n, a, i: (n - 1 if n > 1 else n + 1, a, i), "holds"),
         (lambda n, a, i: (n + 7, a, i), "holds"),
         (lambda n, a, i: (n, a, 999), "lacks"),  # an object the collection does not hold
         (lambda n, a, i: (n, a, 0), "lacks"),  # the free space
@@ -216,3 +217,55 @@ def test_the_numpy_walk_answers_as_the_object_by_object_walk() -> None:
         assert walk_collection_fast(data, origin=1000) == slow
         outcomes.add((slow[0] or "intact").split(" ")[0])
     assert {"intact", "free-space", "object"} <= outcomes  # the crafted cases were met
+
+
+def test_many_references_at_once_answer_as_one_at_a_time(tmp_path: Path) -> None:
+    """A whole column's references are checked in numpy, a citation's one by one: the same
+    first refusal, on crafted references of every kind."""
+    import os
+
+    import numpy as np
+
+    from kbpack.pack.global_heap import REFERENCE, HeapReferences
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    stalled_collection_in_vectors(pack)
+    with h5py.File(pack, "r", locking=False) as h:
+        columns = [h[p] for p in (F.DOC_NAME, F.DOC_TEXT, F.DOC_TITLE, F.SEC_TITLE)]
+        refs = np.concatenate(
+            [np.fromfile(pack, REFERENCE, len(c), offset=int(c.id.get_offset())) for c in columns]
+        )
+    with h5py.File(pack, "r", locking=False) as h:
+        fake = data_spans(h[F.VEC_DATA])[0]
+    fake_address = fake[0] + fake[1] // 2 // 8 * 8 - USERBLOCK
+    rng = random.Random(3)
+    fd = os.open(pack, os.O_RDONLY)
+    try:
+        assert (
+            len(refs) > 16
+            and HeapReferences(fd, pack.stat().st_size, USERBLOCK).problem(refs) is None
+        )
+        for _ in range(60):
+            crafted = refs.copy()
+            for i in rng.sample(range(len(refs)), rng.choice([1, 2, 5])):
+                field, value = rng.choice(
+                    [
+                        ("length", int(crafted["length"][i]) + rng.choice([-1, 1, 9])),
+                        ("index", rng.choice([0, 999, 2**20])),
+                        ("address", rng.choice([0, 8, fake_address, 2**40])),
+                    ]
+                )
+                crafted[field][i] = max(0, value)
+            many = HeapReferences(fd, pack.stat().st_size, USERBLOCK).problem(crafted)
+            single = HeapReferences(fd, pack.stat().st_size, USERBLOCK)
+            one_by_one = next(
+                (
+                    (i, why)
+                    for i in range(len(crafted))
+                    if (why := single._one(*crafted[i].tolist())) is not None
+                ),
+                None,
+            )
+            assert many == one_by_one
+    finally:
+        os.close(fd)

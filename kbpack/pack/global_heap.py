@@ -215,6 +215,13 @@ class GuardedFile(io.FileIO):
             raise OSError(f"HDF5 global heap collection at byte {self.problems[0]}")
         return n
 
+    def read(self, size: int | None = -1, /) -> bytes:
+        """h5py's driver reads with ``readinto``; a ``read`` goes through the same check."""
+        if size is None or size < 0:
+            size = max(0, self.size - self.tell())
+        buffer = bytearray(size)
+        return bytes(buffer[: self.readinto(buffer)])
+
     def _check(self, at: int) -> None:
         if at in self.checked or any(c < at < c + n for c, n in self.checked.items()):
             return
@@ -260,8 +267,9 @@ class HeapReferences:
         self.fd = fd
         self.file_size = file_size
         self.base = base
-        # collection offset -> (why it is malformed, or None; its objects' indexes and sizes)
-        self.walked: dict[int, tuple[str | None, np.ndarray, np.ndarray]] = {}
+        # collection offset -> why it is malformed (or None), and its objects: index -> size
+        self.walked: dict[int, tuple[str | None, dict[int, int]]] = {}
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def rows(self, offset: int, first: int, last: int) -> np.ndarray:
         """The references of rows ``first:last`` of a column whose data starts at ``offset``."""
@@ -271,16 +279,44 @@ class HeapReferences:
             raise ValueError(f"rows {first}:{last} run past the end of the file")
         return np.frombuffer(raw, dtype=REFERENCE)
 
-    def _walk(self, at: int) -> tuple[str | None, np.ndarray, np.ndarray]:
+    def _walk(self, at: int) -> tuple[str | None, dict[int, int]]:
         if at not in self.walked:
-            why, objects = read_collection(self.fd, at, self.file_size)
-            index = np.fromiter(objects.keys(), dtype=np.int64, count=len(objects))
-            size = np.fromiter(objects.values(), dtype=np.uint64, count=len(objects))
-            self.walked[at] = (why, index, size)
+            self.walked[at] = read_collection(self.fd, at, self.file_size)
         return self.walked[at]
+
+    def _table(self, at: int) -> tuple[np.ndarray, np.ndarray]:
+        """The collection's objects as arrays (indexes, sizes), for many references at once."""
+        if at not in self._tables:
+            objects = self._walk(at)[1]
+            self._tables[at] = (
+                np.fromiter(objects.keys(), dtype=np.int64, count=len(objects)),
+                np.fromiter(objects.values(), dtype=np.uint64, count=len(objects)),
+            )
+        return self._tables[at]
+
+    def _one(self, length: int, address: int, index: int) -> str | None:
+        """Why HDF5 must not follow one reference (None: it may)."""
+        if address == 0:
+            return None
+        at = address + self.base
+        why, objects = self._walk(at)
+        if why is not None:
+            return f"HDF5 global heap collection at byte {at}: {why}"
+        size = objects.get(index) if index else None
+        if size is None:
+            return f"names object {index}, which the collection at byte {at} lacks"
+        if size != length:
+            return f"says {length} bytes, object {index} at byte {at} holds {size}"
+        return None
 
     def problem(self, refs: np.ndarray) -> tuple[int, str] | None:
         """``(position, why)`` of the first reference of ``refs`` HDF5 must not follow."""
+        if len(refs) <= 16:  # a citation's rows: no arrays to build
+            for i, (length, address, index) in enumerate(refs.tolist()):
+                why = self._one(length, address, index)
+                if why is not None:
+                    return i, why
+            return None
         address = refs["address"]
         live = np.flatnonzero(address != 0)
         if not len(live):
@@ -289,7 +325,8 @@ class HeapReferences:
         keys, sizes, broken = [], [], {}
         for r, a in enumerate(collections.tolist()):
             at = int(a) + self.base
-            why, index, size = self._walk(at)
+            why = self._walk(at)[0]
+            index, size = self._table(at)
             if why is not None:
                 broken[r] = f"HDF5 global heap collection at byte {at}: {why}"
             keys.append(index + (r << 16))

@@ -5,18 +5,30 @@ object header segfaulted an attribute read, found by bench/fuzz.py) or stall it 
 global heap collection: ``global_heap.py``). ``verify`` parses in a child for that reason; the
 reader behind query, inspect, export and the rest parses in-process, for speed. So before a pack
 is opened in-process for the first time, a forked child (``verify``'s sandbox: time and memory
-limits, no right to write) checks the global heap collections, then does with HDF5 what the
-reader will do outside the protection of checksums: opens the file, checks the structure
-allowlist (walking every chunk index), reads every attribute and every string column. If the
-child crashes, stalls or finds a malformed heap, the pack is refused in one line; if it
+limits, no right to write) does with HDF5 what the reader will do outside the protection of
+checksums: opens the file, checks the structure allowlist (walking every chunk index), opens
+every element and reads every attribute -- through ``global_heap.GuardedFile``, which walks
+every global heap collection HDF5 reads (the attributes' strings) before HDF5 sees it. If the
+child crashes, stalls or meets a malformed heap, the pack is refused in one line; if it
 survives, the pack is remembered (path, size, mtime, ctime, inode and the manifest's digest,
 in the user cache) and later opens skip the check. A cache that cannot be written costs only
 the repeated check.
 
-Two other events prove as much, and remember the pack too (:func:`remember_parsed`): this
-kbpack has just written the file (a writer's commit: the bytes come from its own data, not from
-anyone's crafting), and a full ``verify`` found it intact (its sandboxed child walks the same
-heaps and reads every element, attribute and chunk, and more). So the usual ways a pack
+The string rows are not read here (issue 35: reading them all, and scanning the whole file for
+the collections they live in, was 2.2 s of the 2.4 s this child took at 1M chunks, for rows a
+query never reads). The reader checks each row's heap reference as it reads the row
+(``PackReader.check_string_rows``): a malformed collection, an object the collection lacks or
+a length that is not the object's is refused there, in one line naming the element and the
+row, before HDF5 follows it. A column not stored as kbpack writes it (not contiguous: the
+reader could not find its references) is still read whole here, after a scan of every
+collection of the file. What the child proved is remembered with the state: rows unchecked
+(the reader checks them at every open of that state) or proven.
+
+Two other events prove more, and remember the pack too (:func:`remember_parsed`), its rows
+proven: this kbpack has just written the file (a writer's commit: the bytes come from its own
+data, not from anyone's crafting), and a full ``verify`` found it intact (its sandboxed child
+walks every heap of the file and reads every element, attribute and chunk, and more); a reader
+of such a state checks no row. So the usual ways a pack
 arrives -- built here, or copied and verified on arrival -- open without the pre-flight.
 
 Each of the three also settles the structure allowlist (the child and ``verify`` check it;

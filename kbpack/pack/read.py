@@ -3,10 +3,12 @@
 Opening a pack: (1) read the kbpack header from the user block and check the magic, the format
 version (a newer one is refused with "upgrade kbpack") and the exact file size -- before HDF5
 parses a byte; (1b) on the first open on this machine, let HDF5 parse it in a sandboxed child
-(``preflight.py``: a crash or a stall there refuses the pack in one line); (2) open HDF5 read-only with file locking off (read-only media work); (3) check
-the structure against the spec's allowlist (links, objects, dtypes, filters, storage, sizes)
-reading metadata only. Data is read lazily, column by column, when asked for. Every HDF5 error
-becomes a one-line ``PackError`` naming the file.
+(``preflight.py``: a crash or a stall there refuses the pack in one line); (2) open HDF5
+read-only with file locking off (read-only media work); (3) check the structure against the
+spec's allowlist (links, objects, dtypes, filters, storage, sizes) reading metadata only. Data
+is read lazily, column by column, when asked for; string rows nothing proved yet (the child
+reads none) have their global heap references checked before HDF5 follows them
+(``check_string_rows``). Every HDF5 error becomes a one-line ``PackError`` naming the file.
 
 Hashing every byte is ``verify``'s job: the reader checks sizes, not digests, so that opening a
 large pack for a query stays fast.
@@ -524,6 +526,9 @@ class PackReader:
         decompression and return the compressed bytes as values.
         """
         if path not in self._cache:
+            el = F.ELEMENT_BY_PATH.get(path)
+            if el is not None and el.dtype == "str":  # h5py follows its rows' heap references
+                self.check_string_rows(path)
             with hdf5_errors(self.where, path):
                 read = _read_whole(self.h5, path)
             want = self.manifest.elements.get(path)
