@@ -118,10 +118,7 @@ def parse_in_child(
     attributes' strings) is walked before HDF5 sees it. The string rows, the bulk of the heap
     (1.3 s of the 2.4 s this child took at 1M chunks when it read them all), are left to the
     reader, which checks each row's heap reference before HDF5 follows it (``read.py``)."""
-    import h5py
-
-    from kbpack.pack.global_heap import GuardedFile, malformed_collections, string_column
-    from kbpack.pack.structure import check_structure
+    from kbpack.pack.global_heap import GuardedFile
 
     clean = True
 
@@ -133,7 +130,22 @@ def parse_in_child(
             clean = False
             return None
 
-    guard = GuardedFile(path)
+    with GuardedFile(path) as guard:
+        outcome = _parse_guarded(guard, step, file_size, format_version, counts)
+        outcome["clean"] = clean and outcome.get("clean", True)
+        return outcome
+
+
+def _parse_guarded(
+    guard: Any, step: Any, file_size: int, format_version: int, counts: dict[str, int]
+) -> dict[str, Any]:
+    """``parse_in_child``'s steps on the open ``GuardedFile``; ``step(fn, *args)`` runs one,
+    recording (not raising) its exception. A ``strings`` False leaves the rows to the reader:
+    also where the child stopped early (the reader refuses such a pack, or checks its rows)."""
+    import h5py
+
+    from kbpack.pack.global_heap import malformed_collections, string_column
+    from kbpack.pack.structure import check_structure
 
     def heap() -> dict[str, Any]:
         more = f" (and {len(guard.problems) - 1} more)" if len(guard.problems) > 1 else ""
@@ -142,12 +154,12 @@ def parse_in_child(
     try:
         h = h5py.File(guard, "r")
     except Exception:
-        return heap() if guard.problems else {"heap": "", "clean": False, "strings": True}
+        return heap() if guard.problems else {"heap": "", "clean": False, "strings": False}
     with h:
         if step(check_structure, h, counts, file_size, format_version) != []:
             if guard.problems:
                 return heap()
-            return {"heap": "", "clean": False, "strings": True}  # the reader refuses it
+            return {"heap": "", "clean": False, "strings": False}  # the reader refuses it
         step(lambda: dict(h.attrs.items()))
         sizes = step(lambda: h.id.get_create_plist().get_sizes()) or (0, 0)
         unusual = []
@@ -166,7 +178,7 @@ def parse_in_child(
             return heap()
         if unusual:
             # rows the reader cannot check as it reads them: read them all here, as before
-            found = malformed_collections(Path(path))
+            found = malformed_collections(Path(guard.name))
             if found:
                 more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
                 return {"heap": found[0] + more}
@@ -174,7 +186,7 @@ def parse_in_child(
                 step(lambda o=obj: o[()])
         if guard.problems:
             return heap()
-    return {"heap": "", "clean": clean, "strings": bool(unusual)}
+    return {"heap": "", "strings": bool(unusual)}
 
 
 SURVIVED = b"survived"  # the memo's content for a state parsed safely but not found clean
