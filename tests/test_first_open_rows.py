@@ -233,3 +233,23 @@ def test_many_references_at_once_answer_as_one_at_a_time(tmp_path: Path) -> None
             assert many == one_by_one
     finally:
         os.close(fd)
+
+
+def test_a_stalled_collection_with_its_reserved_bytes_set_is_still_found(
+    tmp_path: Path, cache: Path
+) -> None:
+    """HDF5 checks "GCOL" and the version of a collection, not the three reserved bytes after
+    them: a stalled collection with them set hung HDF5 2.0.0 as well, and a search for the
+    whole 8-byte header (verify's) did not find it."""
+    from test_fuzz_findings import stall_heap
+
+    from kbpack.pack.global_heap import malformed_collections
+
+    pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
+    at = stall_heap(pack)
+    poke(pack, at + 5, b"\xff\xff\xff")
+    assert any(str(at) in line for line in malformed_collections(pack))
+    with pytest.raises(PackError, match=f"global heap collection at byte {at}"):
+        PackReader(pack)  # the first open's guarded parse meets it
+    r = kbpack("verify", str(pack), cache=cache)
+    assert r.returncode == 1 and "heap-malformed" in r.stdout, r.stdout
