@@ -44,14 +44,28 @@ from kbpack.pack.read import PackReader  # noqa: E402
 from kbpack.search.searcher import CANDIDATES, Searcher  # noqa: E402
 
 _OPEN_CHILD = """
-import sys, time
+import random, resource, sys, time
 t = time.perf_counter()
+from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 t1 = time.perf_counter()
+c1 = time.process_time()
 r = PackReader(sys.argv[1])
 t2 = time.perf_counter()
+c2 = time.process_time()
+kid = resource.getrusage(resource.RUSAGE_CHILDREN)
+# what a query's citations read after the open: 10 section paths (titles) and 5 canonical
+# texts, rows drawn with the seed given (the same rows for every code compared)
+rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+for s in rng.sample(range(r.counts["sections"]), min(10, r.counts["sections"])):
+    r.section_path(s)
+for d in rng.sample(range(r.counts["documents"]), min(5, r.counts["documents"])):
+    r.text(d)
+t3 = time.perf_counter()
+c3 = time.process_time()
 r.close()
-print(t1 - t, t2 - t1)
+# wall: imports, open, rows; cpu: open in-process, the pre-flight child, rows
+print(t1 - t, t2 - t1, t3 - t2, c2 - c1, kid.ru_utime + kid.ru_stime, c3 - c2)
 """
 
 
@@ -75,11 +89,14 @@ def median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 3)
 
 
-def first_open_times(path: Path, repeat: int) -> dict[str, Any]:
+def first_open_times(path: Path, repeat: int, peer: Path | None = None) -> dict[str, Any]:
     """The first open of a pack on a machine (its pre-flight parse in a sandboxed child,
-    kbpack/pack/preflight.py) beside the second (remembered), each in a fresh process, one
-    after the other; and the pre-flight's parts in this process: the global heap walk and the
-    HDF5 parse (strings read, chunk indexes walked)."""
+    kbpack/pack/preflight.py) beside the second (remembered), each in a fresh process with an
+    empty cache, one after the other, then the rows a query's citations read (10 section paths,
+    5 texts: checked as read where the first open left them unchecked); and the pre-flight's
+    parts in this process: the child's work, and the whole-file heap scan it no longer runs.
+    With ``peer`` (a checkout of another kbpack, e.g. ``git archive``'s), the same fresh-process
+    runs with its code, interleaved with this one's, same rows."""
     import resource
     import tempfile
 
@@ -91,25 +108,30 @@ def first_open_times(path: Path, repeat: int) -> dict[str, Any]:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
 
-    first: list[float] = []
-    second: list[float] = []
-    first_cpu: list[float] = []
-    second_cpu: list[float] = []
-    for _ in range(repeat):
-        with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "KBPACK_CACHE_DIR": cache}  # nothing remembered yet
-            for times, cpu in ((first, first_cpu), (second, second_cpu)):
-                c0 = cpu_children()
-                out = subprocess.run(
-                    [sys.executable, "-c", _OPEN_CHILD, str(path)],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    cwd=ROOT,
-                    env=env,
-                ).stdout.split()
-                times.append(float(out[1]))
-                cpu.append(cpu_children() - c0)  # the whole process (and the pre-flight child)
+    codes = {"": ROOT} | ({"peer_": peer} if peer is not None else {})
+    runs: dict[str, list[float]] = {}
+    for i in range(repeat):
+        for label, code in codes.items():
+            with tempfile.TemporaryDirectory() as cache:
+                env = {**os.environ, "KBPACK_CACHE_DIR": cache, "PYTHONPATH": str(code)}
+                for which in ("first", "second"):  # nothing remembered yet, then remembered
+                    c0 = cpu_children()
+                    out = subprocess.run(
+                        [sys.executable, "-c", _OPEN_CHILD, str(path), str(i)],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                        cwd=code,
+                        env=env,
+                    ).stdout.split()
+                    cpu = cpu_children() - c0  # the whole process (and the pre-flight child)
+                    parts = zip(
+                        ("open", "rows", "open_cpu", "child_cpu", "rows_cpu", "cpu"),
+                        [*map(float, out[1:6]), cpu],
+                        strict=True,
+                    )
+                    for key, value in parts:
+                        runs.setdefault(f"{label}{which}_{key}", []).append(value)
     m = read_header(path).manifest
     heap, parse = [], []
     parse_in_child(str(path), path.stat().st_size, m.format_version, m.counts)  # imports h5py
@@ -120,14 +142,18 @@ def first_open_times(path: Path, repeat: int) -> dict[str, Any]:
         t = time.process_time()
         parse_in_child(str(path), path.stat().st_size, m.format_version, m.counts)
         parse.append(time.process_time() - t)
-    return {
-        "first_open_ms": median_ms(first),
-        "second_open_ms": median_ms(second),
-        "first_open_process_cpu_ms": median_ms(first_cpu),
-        "second_open_process_cpu_ms": median_ms(second_cpu),
-        "preflight_heap_walk_cpu_ms": median_ms(heap),
-        "preflight_parse_cpu_ms": median_ms(parse),
-    }
+    out_: dict[str, Any] = {}
+    for label in codes:
+        for which in ("first", "second"):
+            k = f"{label}{which}"
+            out_[f"{k}_open_ms"] = median_ms(runs[f"{k}_open"])
+            out_[f"{k}_rows_ms"] = median_ms(runs[f"{k}_rows"])
+            out_[f"{k}_open_process_cpu_ms"] = median_ms(runs[f"{k}_cpu"])
+            for part in ("open_cpu", "child_cpu", "rows_cpu"):
+                out_[f"{k}_{part}_ms"] = median_ms(runs[f"{k}_{part}"])
+    out_["preflight_heap_walk_cpu_ms"] = median_ms(heap)  # what the child no longer runs
+    out_["preflight_parse_cpu_ms"] = median_ms(parse)  # parse_in_child: the child's work
+    return out_
 
 
 def open_times(path: Path, repeat: int) -> dict[str, float]:
@@ -246,6 +272,12 @@ def main() -> int:
     ap.add_argument("--rebuild", action="store_true", help="build even when a pack exists")
     ap.add_argument("--dir", type=Path, default=OUT, help="where the packs are (or go)")
     ap.add_argument("--open-only", action="store_true", help="open times only, no queries")
+    ap.add_argument(
+        "--peer",
+        type=Path,
+        help="a checkout of another kbpack (its folder holding kbpack/): first opens with its "
+        "code too, interleaved, same rows",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     texts = questions(args.queries)
@@ -253,7 +285,7 @@ def main() -> int:
     for n in args.sizes:
         path, figures = build(n, args.rebuild, args.dir)
         row: dict[str, Any] = {"chunks": n, "build": figures}
-        row |= first_open_times(path, args.repeat)
+        row |= first_open_times(path, args.repeat, args.peer)
         row |= open_times(path, 7)
         if not args.open_only:
             row |= latencies(path, texts, args.repeat, n <= args.bm25s_max)
@@ -282,18 +314,31 @@ def render(report: dict[str, Any]) -> str:
         )
     lines.append("")
     lines.append(
-        "first open on a machine (pre-flight) vs second, fresh process, median ms "
-        "(open: wall; cpu: the whole process with its children; parts: cpu in-process)"
+        "first open on a machine (pre-flight) vs second, fresh process, median ms (open: wall; "
+        "rows: wall of 10 section paths + 5 texts read after it; cpu: the whole process with "
+        "its children; parts: cpu in-process)"
     )
     lines.append(
-        f"{'chunks':>9} {'1st open':>9} {'2nd open':>9} {'1st cpu':>9} {'2nd cpu':>9} "
-        f"{'heap walk':>10} {'HDF5 parse':>10}"
+        f"{'chunks':>9} {'code':>5} {'1st open':>9} {'1st rows':>9} {'2nd open':>9} "
+        f"{'2nd rows':>9} {'1st cpu':>9} {'2nd cpu':>9}  1st cpu: open+child+rows, 2nd: open+rows"
     )
     for r in report["rows"]:
+        for label in ("peer_", ""):
+            if f"{label}first_open_ms" not in r:
+                continue
+            lines.append(
+                f"{r['chunks']:>9} {label.rstrip('_') or 'this':>5} "
+                f"{r[label + 'first_open_ms']:>9.1f} {r[label + 'first_rows_ms']:>9.1f} "
+                f"{r[label + 'second_open_ms']:>9.1f} {r[label + 'second_rows_ms']:>9.1f} "
+                f"{r[label + 'first_open_process_cpu_ms']:>9.1f} "
+                f"{r[label + 'second_open_process_cpu_ms']:>9.1f}  "
+                f"{r[label + 'first_open_cpu_ms']:.0f}+{r[label + 'first_child_cpu_ms']:.0f}"
+                f"+{r[label + 'first_rows_cpu_ms']:.0f}, {r[label + 'second_open_cpu_ms']:.0f}"
+                f"+{r[label + 'second_rows_cpu_ms']:.0f}"
+            )
         lines.append(
-            f"{r['chunks']:>9} {r['first_open_ms']:>9.1f} {r['second_open_ms']:>9.1f} "
-            f"{r['first_open_process_cpu_ms']:>9.1f} {r['second_open_process_cpu_ms']:>9.1f} "
-            f"{r['preflight_heap_walk_cpu_ms']:>10.1f} {r['preflight_parse_cpu_ms']:>10.1f}"
+            f"{'':>9} pre-flight child cpu {r['preflight_parse_cpu_ms']:.1f} ms; the whole-file "
+            f"heap scan it no longer runs {r['preflight_heap_walk_cpu_ms']:.1f} ms"
         )
     lines.append("")
     if any("model_load_ms" not in r for r in report["rows"]):

@@ -52,6 +52,8 @@ def format_1_to_2(src: Path, dst: Path) -> None:
                     _set_attrs(h.create_group(el.path), old.attrs)
                     continue
                 new = create_dataset(h, el.path, shape=old.shape, dtype=old.dtype)
+                if old.dtype.kind == "O":  # read through h5py here: check the rows first
+                    reader.check_string_rows(el.path)
                 _copy_rows(old, new)
                 _set_attrs(new, old.attrs)
     manifest.format_version = 2

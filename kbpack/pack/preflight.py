@@ -5,18 +5,30 @@ object header segfaulted an attribute read, found by bench/fuzz.py) or stall it 
 global heap collection: ``global_heap.py``). ``verify`` parses in a child for that reason; the
 reader behind query, inspect, export and the rest parses in-process, for speed. So before a pack
 is opened in-process for the first time, a forked child (``verify``'s sandbox: time and memory
-limits, no right to write) checks the global heap collections, then does with HDF5 what the
-reader will do outside the protection of checksums: opens the file, checks the structure
-allowlist (walking every chunk index), reads every attribute and every string column. If the
-child crashes, stalls or finds a malformed heap, the pack is refused in one line; if it
+limits, no right to write) does with HDF5 what the reader will do outside the protection of
+checksums: opens the file, checks the structure allowlist (walking every chunk index), opens
+every element and reads every attribute -- through ``global_heap.GuardedFile``, which walks
+every global heap collection HDF5 reads (the attributes' strings) before HDF5 sees it. If the
+child crashes, stalls or meets a malformed heap, the pack is refused in one line; if it
 survives, the pack is remembered (path, size, mtime, ctime, inode and the manifest's digest,
 in the user cache) and later opens skip the check. A cache that cannot be written costs only
 the repeated check.
 
-Two other events prove as much, and remember the pack too (:func:`remember_parsed`): this
-kbpack has just written the file (a writer's commit: the bytes come from its own data, not from
-anyone's crafting), and a full ``verify`` found it intact (its sandboxed child walks the same
-heaps and reads every element, attribute and chunk, and more). So the usual ways a pack
+The string rows are not read here (issue 35: reading them all, and scanning the whole file for
+the collections they live in, was 2.2 s of the 2.4 s this child took at 1M chunks, for rows a
+query never reads). The reader checks each row's heap reference as it reads the row
+(``PackReader.check_string_rows``): a malformed collection, an object the collection lacks or
+a length that is not the object's is refused there, in one line naming the element and the
+row, before HDF5 follows it. A column not stored as kbpack writes it (not contiguous: the
+reader could not find its references) is still read whole here, after a scan of every
+collection of the file. What the child proved is remembered with the state: rows unchecked
+(the reader checks them at every open of that state) or proven.
+
+Two other events prove more, and remember the pack too (:func:`remember_parsed`), its rows
+proven: this kbpack has just written the file (a writer's commit: the bytes come from its own
+data, not from anyone's crafting), and a full ``verify`` found it intact (its sandboxed child
+walks every heap of the file and reads every element, attribute and chunk, and more); a reader
+of such a state checks no row. So the usual ways a pack
 arrives -- built here, or copied and verified on arrival -- open without the pre-flight.
 
 Each of the three also settles the structure allowlist (the child and ``verify`` check it;
@@ -38,6 +50,7 @@ import contextlib
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +82,9 @@ def h5py_lock() -> Any:
 
 # Part of the memo key: bump when what the child checks changes (the structure allowlist of
 # structure.py included), so that a pack checked under the old rules is checked again.
-MEMO_RULES = 7  # 3: filter pipeline; 4: file datatype; 5: chunk index count; 6: root info,
-# chunk index entries, the vectors of a dense pack; 7: counted optional elements (structure.py)
+MEMO_RULES = 8  # 3: filter pipeline; 4: file datatype; 5: chunk index count; 6: root info,
+# chunk index entries, the vectors of a dense pack; 7: counted optional elements (structure.py);
+# 8: string rows checked by the reader as it reads them, not read by the child
 
 
 def memo_key(path: Path, header: Header) -> str:
@@ -93,19 +107,19 @@ def _memo(key: str) -> Path:
 def parse_in_child(
     path: str, file_size: int, format_version: int, counts: dict[str, int]
 ) -> dict[str, Any]:
-    """In the sandboxed child: what the reader's HDF5 calls will meet. ``heap``: a malformed
-    global heap collection, in words; ``clean``: every step ran without an exception (one that
-    raised is left to the reader, whose message names the element; the steps after it still
-    run here). A crash or a stall is seen by the parent."""
-    import h5py
+    """In the sandboxed child: what the reader's HDF5 calls will meet, but the string rows.
+    ``heap``: a malformed global heap collection, in words; ``clean``: every step ran without
+    an exception (one that raised is left to the reader, whose message names the element; the
+    steps after it still run here); ``strings``: the string rows were read here too (a column
+    not stored as kbpack writes it: the reader could not check its rows as it reads them). A
+    crash or a stall is seen by the parent.
 
-    from kbpack.pack.global_heap import malformed_collections
-    from kbpack.pack.structure import check_structure
+    HDF5 reads the file through ``GuardedFile``: every global heap collection it loads (the
+    attributes' strings) is walked before HDF5 sees it. The string rows, the bulk of the heap
+    (1.3 s of the 2.4 s this child took at 1M chunks when it read them all), are left to the
+    reader, which checks each row's heap reference before HDF5 follows it (``read.py``)."""
+    from kbpack.pack.global_heap import GuardedFile
 
-    heaps = malformed_collections(Path(path))
-    if heaps:
-        more = f" (and {len(heaps) - 1} more)" if len(heaps) > 1 else ""
-        return {"heap": heaps[0] + more, "clean": False}
     clean = True
 
     def step(fn: Any, *args: Any) -> Any:
@@ -116,47 +130,117 @@ def parse_in_child(
             clean = False
             return None
 
+    with GuardedFile(path) as guard:
+        outcome = _parse_guarded(guard, step, file_size, format_version, counts)
+        outcome["clean"] = clean and outcome.get("clean", True)
+        return outcome
+
+
+def _parse_guarded(
+    guard: Any, step: Any, file_size: int, format_version: int, counts: dict[str, int]
+) -> dict[str, Any]:
+    """``parse_in_child``'s steps on the open ``GuardedFile``; ``step(fn, *args)`` runs one,
+    recording (not raising) its exception. A ``strings`` False leaves the rows to the reader:
+    also where the child stopped early (the reader refuses such a pack, or checks its rows)."""
+    import h5py
+
+    from kbpack.pack.global_heap import malformed_collections, string_column
+    from kbpack.pack.structure import check_structure
+
+    def heap() -> dict[str, Any]:
+        more = f" (and {len(guard.problems) - 1} more)" if len(guard.problems) > 1 else ""
+        return {"heap": f"HDF5 global heap collection at byte {guard.problems[0]}{more}"}
+
     try:
-        h = h5py.File(path, "r", locking=False)
+        h = h5py.File(guard, "r")
     except Exception:
-        return {"heap": "", "clean": False}
+        return heap() if guard.problems else {"heap": "", "clean": False, "strings": False}
     with h:
         if step(check_structure, h, counts, file_size, format_version) != []:
-            return {"heap": "", "clean": False}  # the reader refuses it with its own message
+            if guard.problems:
+                return heap()
+            return {"heap": "", "clean": False, "strings": False}  # the reader refuses it
         step(lambda: dict(h.attrs.items()))
+        sizes = step(lambda: h.id.get_create_plist().get_sizes()) or (0, 0)
+        unusual = []
         for el in F.ELEMENTS:
             obj = step(lambda p=el.path: h.get(p))
             if obj is None:
                 continue
             step(lambda o=obj: dict(o.attrs.items()))
-            if not el.dtype:
-                continue
-            if obj.dtype.kind == "O":
-                step(lambda o=obj: o[()])  # vlen strings: the global heap, no checksum there
+            if el.dtype and obj.dtype.kind == "O":
+                layout = step(string_column, obj.id, sizes, file_size)
+                if not isinstance(layout, tuple):
+                    unusual.append(obj)
             # a chunked dataset's chunk index (B-tree) is not walked again here: check_structure,
             # which found nothing above, walked every one of them entry by entry
-    return {"heap": "", "clean": clean}
+        if guard.problems:
+            return heap()
+        if unusual:
+            # rows the reader cannot check as it reads them: read them all here, as before
+            found = malformed_collections(Path(guard.name))
+            if found:
+                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                return {"heap": found[0] + more}
+            for obj in unusual:
+                step(lambda o=obj: o[()])
+        if guard.problems:
+            return heap()
+    return {"heap": "", "strings": bool(unusual)}
 
 
 SURVIVED = b"survived"  # the memo's content for a state parsed safely but not found clean
+# ... and for a state whose string rows the reader checks as it reads them (the child read
+# none of them), clean or survived
+ROWS_UNCHECKED = b"rows unchecked"
+SURVIVED_ROWS_UNCHECKED = b"survived, rows unchecked"
+_STATES = {
+    b"": (True, True),
+    SURVIVED: (False, True),
+    ROWS_UNCHECKED: (True, False),
+    SURVIVED_ROWS_UNCHECKED: (False, False),
+}
 
 
-def _remember(key: str, clean: bool = True) -> None:
+@dataclass(frozen=True)
+class Outcome:
+    """What the first open proved of a file state (now or remembered).
+
+    ``structure``: the structure allowlist passed (the reader need not run it again);
+    ``rows``: the string rows were proven too (this kbpack wrote them, a full verify or the
+    child read them all); False: the reader checks each row's global heap reference before
+    HDF5 follows it (``global_heap.HeapReferences``)."""
+
+    structure: bool
+    rows: bool
+
+
+def _remember(key: str, clean: bool = True, rows: bool = True) -> None:
     """Record the state's outcome: an empty memo is clean (the first kbpack's memos were
-    empty files), ``SURVIVED`` is parsed safely with the allowlist left to the reader. A clean
-    outcome replaces a survived one (a rebuilt file is a new state anyway)."""
+    empty files), ``SURVIVED`` is parsed safely with the allowlist left to the reader, and
+    ``*ROWS_UNCHECKED`` the same with the string rows left to the reader. A clean outcome
+    replaces a survived one (a rebuilt file is a new state anyway)."""
+    content = {v: k for k, v in _STATES.items()}[(clean, rows)]
     with contextlib.suppress(OSError):
         memo = _memo(key)
         memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_bytes(b"" if clean else SURVIVED)
+        memo.write_bytes(content)
+
+
+def _recall_outcome(key: str) -> Outcome | None:
+    """The remembered outcome; None: not remembered (or the memo cannot be read, or holds
+    what this kbpack does not write)."""
+    try:
+        state = _STATES.get(_memo(key).read_bytes())
+    except OSError:
+        return None
+    return Outcome(*state) if state is not None else None
 
 
 def _recall(key: str) -> bool | None:
     """True: clean; False: survived; None: not remembered (or the memo cannot be read)."""
-    try:
-        return _memo(key).read_bytes() != SURVIVED
-    except OSError:
-        return None
+    outcome = _recall_outcome(key)
+    return outcome.structure if outcome is not None else None
 
 
 def remember_parsed(path: Path, header: Header | None = None, seen: str = "") -> None:
@@ -181,9 +265,11 @@ def is_remembered(path: Path, header: Header) -> bool:
 
 
 def is_remembered_clean(path: Path, header: Header) -> bool:
-    """Whether this state of ``path`` is remembered as clean (not merely survived)."""
+    """Whether this state of ``path`` is remembered as clean (not merely survived), its
+    string rows included (a state whose rows are checked as read is not: what is remembered
+    of it must not be carried over to a state proven whole, e.g. by ``sign``)."""
     try:
-        return _recall(memo_key(path, header)) is True
+        return _recall_outcome(memo_key(path, header)) == Outcome(True, True)
     except OSError:
         return False
 
@@ -191,20 +277,28 @@ def is_remembered_clean(path: Path, header: Header) -> bool:
 def check_parses(
     path: Path, header: Header, file_size: int, where: str | os.PathLike[str] | None = None
 ) -> bool:
+    """``first_open(...).structure`` (kept for callers of the earlier API)."""
+    return first_open(path, header, file_size, where).structure
+
+
+def first_open(
+    path: Path, header: Header, file_size: int, where: str | os.PathLike[str] | None = None
+) -> Outcome:
     """Raise PackError in one line if HDF5 cannot safely parse ``path`` (see the module
     docstring); return at once for a pack already checked on this machine.
 
-    True: this very state is proven (the child found it clean now, the structure allowlist
-    included, or it is remembered: see the module docstring), so the reader need not run
-    ``check_structure`` again (~13 ms of a cold query on the fixtures pack, more with more
+    ``structure`` True: this very state is proven (the child found it clean now, the structure
+    allowlist included, or it is remembered: see the module docstring), so the reader need not
+    run ``check_structure`` again (~13 ms of a cold query on the fixtures pack, more with more
     objects). False: run it (the child survived the state but did not find it clean, now or
-    remembered). Messages name ``where`` (default ``path``)."""
+    remembered). ``rows`` False: check string rows as they are read. Messages name ``where``
+    (default ``path``)."""
     shown = where if where is not None else path
     try:
         key = memo_key(path, header)
     except OSError:
         key = ""
-    remembered = _recall(key) if key else None
+    remembered = _recall_outcome(key) if key else None
     if remembered is not None:
         return remembered
     from kbpack.runtime.sandbox import Isolated, Limits, SandboxFailure
@@ -232,6 +326,7 @@ def check_parses(
             f"{shown}: damaged: {result['heap']}; run kbpack verify {shown}, then copy the pack "
             "again"
         )
+    outcome = Outcome(bool(result["clean"]), bool(result["strings"]))
     if key:
-        _remember(key, clean=bool(result["clean"]))
-    return bool(result["clean"])
+        _remember(key, clean=outcome.structure, rows=outcome.rows)
+    return outcome

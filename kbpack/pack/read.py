@@ -3,10 +3,12 @@
 Opening a pack: (1) read the kbpack header from the user block and check the magic, the format
 version (a newer one is refused with "upgrade kbpack") and the exact file size -- before HDF5
 parses a byte; (1b) on the first open on this machine, let HDF5 parse it in a sandboxed child
-(``preflight.py``: a crash or a stall there refuses the pack in one line); (2) open HDF5 read-only with file locking off (read-only media work); (3) check
-the structure against the spec's allowlist (links, objects, dtypes, filters, storage, sizes)
-reading metadata only. Data is read lazily, column by column, when asked for. Every HDF5 error
-becomes a one-line ``PackError`` naming the file.
+(``preflight.py``: a crash or a stall there refuses the pack in one line); (2) open HDF5
+read-only with file locking off (read-only media work); (3) check the structure against the
+spec's allowlist (links, objects, dtypes, filters, storage, sizes) reading metadata only. Data
+is read lazily, column by column, when asked for; string rows nothing proved yet (the child
+reads none) have their global heap references checked before HDF5 follows them
+(``check_string_rows``). Every HDF5 error becomes a one-line ``PackError`` naming the file.
 
 Hashing every byte is ``verify``'s job: the reader checks sizes, not digests, so that opening a
 large pack for a query stays fast.
@@ -30,8 +32,9 @@ from kbpack.errors import KbpackError, NotAPackError, PackError, describe
 from kbpack.pack import format as F
 from kbpack.pack.checks import Checks, FileState, held_path
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, strings_digest
+from kbpack.pack.global_heap import HeapReferences, string_column
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
-from kbpack.pack.preflight import check_parses
+from kbpack.pack.preflight import Outcome, first_open
 from kbpack.pack.structure import check_structure
 from kbpack.pack.vector_scan import StoredRows
 
@@ -85,8 +88,17 @@ class CheckedDataset:
     pack and the element in the message wherever the read happens.
     """
 
-    def __init__(self, ds: Any, where: str, element: str, digest: str | None = None) -> None:
+    def __init__(
+        self,
+        ds: Any,
+        where: str,
+        element: str,
+        digest: str | None = None,
+        rows_check: Any = None,
+    ) -> None:
         self._ds = ds
+        # string rows: called with (first, last) before HDF5 follows their heap references
+        self._rows_check = rows_check
         self._where = where
         self.element = element
         self.digest = digest if ds.dtype.kind != "O" else None  # numeric digests only
@@ -105,6 +117,8 @@ class CheckedDataset:
         whole = whole or (isinstance(key, slice) and key == slice(None))
         if not (whole and self.digest is not None):
             self._check_masks(key)
+        if self._rows_check is not None:
+            self._rows_check(*_rows_of(key, int(self.shape[0])))
         with hdf5_errors(self._where, self.element):
             out = self._ds[key]
         if whole and self.digest is not None and numeric_digest(np.asarray(out)) != self.digest:
@@ -157,6 +171,8 @@ class CheckedDataset:
         sizes = [max(0, hi - lo) for lo, hi in spans]
         for lo, hi in spans:  # a part read: no digest covers it (see _check_masks)
             self._check_masks(slice(lo, hi))
+            if self._rows_check is not None:
+                self._rows_check(lo, hi)
         out = np.empty(sum(sizes), dtype=self.dtype)
         if len(out):
             with hdf5_errors(self._where, self.element):
@@ -262,8 +278,17 @@ class PackReader:
         import h5py
 
         # HDF5 parses it in a sandboxed child first (preflight.py), which checks the structure
-        # too: a state it found clean (now or before) is not checked twice
-        checked = check_structure_ and check_parses(src, self.header, actual, self.where)
+        # too: a state it found clean (now or before) is not checked twice. String rows the
+        # child did not read are checked here as they are read (``check_string_rows``).
+        proven = (
+            first_open(src, self.header, actual, self.where)
+            if check_structure_
+            else Outcome(structure=False, rows=False)
+        )
+        checked = check_structure_ and proven.structure
+        self.rows_checked_as_read = not proven.rows
+        self._heap: HeapReferences | None = None
+        self._own_fd: int | None = None
         with hdf5_errors(self.where):
             self.h5 = h5py.File(src, "r", locking=False)
         self._cache: dict[str, Any] = {}
@@ -324,6 +349,11 @@ class PackReader:
         stored.clear()
         with contextlib.suppress(Exception):
             self.h5.close()
+        own = getattr(self, "_own_fd", None)
+        if own is not None:
+            with contextlib.suppress(OSError):
+                os.close(own)
+            self._own_fd = None
 
     def __enter__(self) -> PackReader:
         return self
@@ -498,6 +528,9 @@ class PackReader:
         decompression and return the compressed bytes as values.
         """
         if path not in self._cache:
+            el = F.ELEMENT_BY_PATH.get(path)
+            if el is not None and el.dtype == "str":  # h5py follows its rows' heap references
+                self.check_string_rows(path)
             with hdf5_errors(self.where, path):
                 read = _read_whole(self.h5, path)
             want = self.manifest.elements.get(path)
@@ -552,6 +585,7 @@ class PackReader:
         what keeps a flipped bit in a title or a name from being shown as if it were written.
         """
         if path not in self._cache:
+            self.check_string_rows(path)
             with hdf5_errors(self.where, path):
                 raw = self.h5[path][()]
             items = [x if isinstance(x, bytes) else str(x).encode("utf-8") for x in raw]
@@ -579,6 +613,7 @@ class PackReader:
         key = f"{path}:{row}"
         if key not in self._cache:
             want = self.value(digest_path, row)  # also refuses a row outside the column
+            self.check_string_rows(path, row, row + 1)
             with hdf5_errors(self.where, path):
                 raw = self.h5[path][row]
             data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
@@ -653,10 +688,70 @@ class PackReader:
         key = f"dataset:{path}"
         if key not in self._cache:
             with hdf5_errors(self.where):
+                ds = self.h5[path]
+                check = None
+                if ds.dtype.kind == "O" and self.rows_checked_as_read:
+                    check = lambda first, last: self.check_string_rows(path, first, last)  # noqa: E731
                 self._cache[key] = CheckedDataset(
-                    self.h5[path], self.where, path, self.manifest.elements.get(path)
+                    ds, self.where, path, self.manifest.elements.get(path), rows_check=check
                 )
         return self._cache[key]
+
+    # -- string rows' global heap references ---------------------------------------------------
+    def check_string_rows(self, path: str, first: int = 0, last: int | None = None) -> None:
+        """Refuse, in one line naming the element and the row, a string row of ``path`` in
+        ``first:last`` (default: all) whose global heap reference HDF5 must not follow: a
+        malformed collection (HDF5 would stall or overrun walking it), an object the collection
+        lacks, or a length that is not the object's (HDF5 would copy more than it allocated).
+
+        Only for a state whose rows nothing proved yet (``rows_checked_as_read``: the first
+        open's child reads the attributes, not the rows); a pack written here, verified here, or
+        once read whole by the child needs none. Every in-process read of string rows calls
+        this first (``strings``, ``string_at``, ``text``, ``dataset``; migrations that read
+        ``h5`` directly too). Rows are read from the file as HDF5 will read them (16 bytes
+        each, contiguous), each collection walked once per reader: a citation checks its own
+        rows, ~the HDF5 read's own cost."""
+        if not self.rows_checked_as_read or self._cache.get(f"rows-checked:{path}"):
+            return
+        offset, rows = self._string_column(path)
+        stop = rows if last is None else min(rows, last)
+        start = max(0, first)
+        if start >= stop:
+            return
+        heap = self._heap_references()
+        try:
+            found = heap.problem(heap.rows(offset, start, stop))
+        except (OSError, ValueError) as e:
+            raise DamagedDataError(self.where, path, describe(e)) from e
+        if found is not None:
+            at, why = found
+            raise DamagedDataError(self.where, path, f"row {start + at}: {why}")
+        if start == 0 and stop == rows:
+            self._cache[f"rows-checked:{path}"] = True
+
+    def _string_column(self, path: str) -> tuple[int, int]:
+        key = f"string-column:{path}"
+        if key not in self._cache:
+            with hdf5_errors(self.where, path):
+                sizes = self.h5.id.get_create_plist().get_sizes()
+                got = string_column(self.h5[path].id, sizes, self.manifest.file_size)
+            if isinstance(got, str):  # the child read such a column whole: not this state
+                raise DamagedDataError(
+                    self.where, path, f"its rows are not stored as kbpack writes them ({got})"
+                )
+            self._cache[key] = got
+        out: tuple[int, int] = self._cache[key]
+        return out
+
+    def _heap_references(self) -> HeapReferences:
+        if self._heap is None:
+            fd = self.fd
+            if fd is None:  # another HDF5 driver: read the file through a descriptor of ours
+                fd = self._own_fd = os.open(self.held_path or self.path, os.O_RDONLY)
+            with hdf5_errors(self.where):
+                base = int(self.h5.id.get_create_plist().get_userblock())
+            self._heap = HeapReferences(fd, self.manifest.file_size, base)
+        return self._heap
 
     def text(self, doc: int) -> str:
         """Canonical text of one document (one element read), checked against its SHA-256.
@@ -666,6 +761,7 @@ class PackReader:
         """
         key = f"text:{doc}"
         if key not in self._cache:
+            self.check_string_rows(F.DOC_TEXT, doc, doc + 1)
             with hdf5_errors(self.where, F.DOC_TEXT):
                 raw = self.h5[F.DOC_TEXT][doc]
             data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
