@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -313,3 +315,15 @@ def agree_with_spec(path: Path) -> int:
     lengths, terms = ind.tokenize_check(str(path))
     assert terms == sorted(terms, key=lambda t: t.encode()) and (lengths >= 1).all()
     return len(chunks)
+
+
+def kbpack(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    """``kbpack ARGS`` in a process of its own with its own cache folder and a bare PATH."""
+    env = {"KBPACK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "kbpack", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang fails the test instead of blocking the suite
+        env=env,
+    )

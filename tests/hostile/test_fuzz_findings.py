@@ -20,8 +20,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ import pytest
 from kbpack.pack import format as F
 from kbpack.pack.global_heap import SIGNATURE, collection_problem, malformed_collections
 from kbpack.pack.preflight import MEMO_FOLDER
-from tests.fixture_pack import stall_heap
+from tests.fixture_pack import kbpack, stall_heap
 from tests.paths import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -39,17 +37,6 @@ GOLDEN = REPO / "fixtures" / "golden" / "v2.kbpack"
 # checksum (spec §1): the findings that poke those bytes stay refused by the readers' own
 # checks (tests/pack/test_metadata_checksums.py pokes the same places of GOLDEN)
 EARLIEST = REPO / "fixtures" / "golden" / "v2-earliest.kbpack"
-
-
-def kbpack(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {"KBPACK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "kbpack", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,  # a hang fails the test instead of blocking the suite
-        env=env,
-    )
 
 
 def collection(*objects: tuple[int, int], size: int = 4096) -> bytes:

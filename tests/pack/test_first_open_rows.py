@@ -18,7 +18,6 @@ from pathlib import Path
 
 import h5py
 import pytest
-from test_fuzz_findings import GOLDEN, kbpack
 
 import kbpack.pack.global_heap as global_heap
 from kbpack.errors import PackError
@@ -34,6 +33,7 @@ from kbpack.pack.preflight import (
 )
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.pack.storage import data_spans
+from tests.fixture_pack import GOLDEN, kbpack
 
 USERBLOCK = F.USERBLOCK_SIZE
 
@@ -241,9 +241,8 @@ def test_a_stalled_collection_with_its_reserved_bytes_set_is_still_found(
     """HDF5 checks "GCOL" and the version of a collection, not the three reserved bytes after
     them: a stalled collection with them set hung HDF5 2.0.0 as well, and a search for the
     whole 8-byte header (verify's) did not find it."""
-    from test_fuzz_findings import stall_heap
-
     from kbpack.pack.global_heap import malformed_collections
+    from tests.fixture_pack import stall_heap
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     at = stall_heap(pack)
