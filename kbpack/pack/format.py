@@ -46,6 +46,7 @@ SEARCH = "/search"
 PIECES = "/pieces"
 COPIES = "/copies"
 ROW_DIGESTS = "/row_digests"
+IVF = "/ivf"  # optional (spec §3.12): the approximate (inverted-file) index over /vectors/data
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -112,6 +113,11 @@ ROW_DOC_NAME = "/row_digests/documents_name"
 ROW_DOC_TITLE = "/row_digests/documents_title"
 ROW_DOC_TEXT_SHA256 = "/row_digests/documents_text_sha256"
 ROW_SEC_TITLE = "/row_digests/sections_title"
+# optional (spec §3.12): cluster centroids and, per cluster, the chunk rows nearest to it
+IVF_CENTROIDS = "/ivf/centroids"
+IVF_LIST_OFFSETS = "/ivf/list_offsets"
+IVF_LIST_CHUNKS = "/ivf/list_chunks"
+IVF_DATASETS = (IVF_CENTROIDS, IVF_LIST_OFFSETS, IVF_LIST_CHUNKS)
 # string column -> its row digests
 ROW_DIGEST_OF = {
     DOC_NAME: ROW_DOC_NAME,
@@ -161,6 +167,11 @@ EMBEDDED_TEXT_RULE = (
 )
 
 COPIES_RULE_ATTR = "rule"  # kbpack.pack.copies.RULE: how the groups were found
+
+IVF_RULE_ATTR = "rule"  # kbpack.pack.ivf.RULE: how the lists were made (informative)
+IVF_METRIC_ATTR = "metric"  # "cosine": lists are probed by the query's cosine to the centroids
+IVF_METRIC = "cosine"
+IVF_PROBE_ATTR = "probe"  # the lists a query probes by default (kbpack query --probe overrides)
 
 PIECE_RULE_ATTR = "piece_rule"
 PIECE_WEIGHT_ATTR = "weight"
@@ -348,6 +359,35 @@ ELEMENTS: tuple[Element, ...] = (
             (SEC_TITLE, "sections"),
         )
     ),
+    Element(
+        IVF,
+        "ivf",
+        "approximate (inverted-file) index over /vectors/data: centroids and the chunks of each "
+        "centroid's list; exact search never reads it",
+        optional=True,
+    ),
+    _ds(
+        IVF_CENTROIDS,
+        "f2",
+        "ivf_lists",
+        "one unit centroid per list (float16)",
+        ndim=2,
+        optional=True,
+    ),
+    _ds(
+        IVF_LIST_OFFSETS,
+        "i8",
+        "",
+        "ivf_lists + 1 offsets: list l holds list_chunks[offsets[l]:offsets[l+1]]",
+        optional=True,
+    ),
+    _ds(
+        IVF_LIST_CHUNKS,
+        "i4",
+        "chunks",
+        "chunk rows of each list, ascending within a list; every chunk exactly once",
+        optional=True,
+    ),
 )
 
 ELEMENT_BY_PATH = {e.path: e for e in ELEMENTS}
@@ -370,7 +410,7 @@ COUNT_KEYS = (
 # Counts present only in packs that hold the element they count (/pieces: build --pieces;
 # /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs; /bm25/dense_*: written
 # since issue 19's first-query work, absent from older packs).
-OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf")
+OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf", "ivf_lists")
 
 
 def is_sha256_hex(value: object) -> bool:

@@ -260,12 +260,20 @@ class StoredRows:
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``ids`` as the scan reads them: from the mapped bytes (no checksum,
         like the scan) where mapped, else through HDF5."""
+        return self._gather(ids, np.float32)
+
+    def rows16(self, ids: np.ndarray) -> np.ndarray:
+        """``rows`` as stored, float16: what the IVF search (``kbpack/search/ivf.py``) scans,
+        without numpy's slow float16 -> float32 conversion of every gathered row."""
+        return self._gather(ids, FLOAT16)
+
+    def _gather(self, ids: np.ndarray, dtype: Any) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         if self._blocks is None:
-            return self.checked_rows(ids)
+            return self.checked_rows(ids).astype(dtype, copy=False)
         if ids.size == 0:
-            return np.zeros((0, self.shape[1]), np.float32)
-        out = np.empty((ids.size, self.shape[1]), np.float32)
+            return np.zeros((0, self.shape[1]), dtype)
+        out = np.empty((ids.size, self.shape[1]), dtype)
         per = self._blocks[0][1].shape[0]  # every chunk but the last holds this many rows
         block = ids // per
         order = np.argsort(block, kind="stable")

@@ -344,7 +344,17 @@ class PackSet:
     def embedder(self) -> Any | None:
         return self.searcher.embedder
 
-    def search(self, query: str, k: int = 5, mode: str = "hybrid", **kw: Any) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        *,
+        exact: bool = False,
+        probe: int | None = None,
+        **kw: Any,
+    ) -> SearchResponse:
+        self.searcher.use_ivf(exact, probe)  # (kbpack.api.Pack.search)
         if mode == "dense" and self.mixed_models:
             raise UsageError(
                 f"{self.mixed_models}: --mode dense needs one model; use hybrid or bm25"

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kbpack.choices import MODES
+from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.bm25_store import TermLookup
 from kbpack.pack.read import DamagedDataError, PackReader
@@ -41,6 +42,7 @@ from kbpack.search.bm25_top import Term, scores_at, top_k_exact
 from kbpack.search.dense import DenseScores, PieceIndex, checked_scores, rounded_chunk_scores
 from kbpack.search.fusion import RULE as FUSION_RULE
 from kbpack.search.fusion import convex
+from kbpack.search.ivf import ivf_dense_scores
 from kbpack.search.typos import Suggestion, best_suggestions, checkable, near_terms
 from kbpack.text.analyze import STEM_MARK, analyzer, tokenize
 from kbpack.text.stopwords import ENGLISH, ITALIAN, STOPWORDS
@@ -257,6 +259,11 @@ class Searcher:
         self._query_prefix: str | None = None  # read when a query is first embedded
         # A cross-encoder (kbpack.model.rerank.Reranker) that reorders the top of the list, or None.
         self.reranker: Any | None = None
+        # IVF hook: True searches every vector even where the pack has an approximate index
+        # (``kbpack query --exact``); ``probe``: the lists probed (None: the pack's default)
+        self.exact = False
+        self.probe: int | None = None
+        self._centroids: np.ndarray | None = None
 
     @property
     def query_prefix(self) -> str:
@@ -392,6 +399,8 @@ class Searcher:
             # a NaN or infinite component (a pack whose digests were rewritten to match: only
             # verify's invariants would say so) must be one line, not a fusion ValueError
             for element, values in ((F.VEC_DATA, d.cos), (F.PIECE_DATA, d.score)):
+                if d.scored is not None:  # IVF hook: an approximate pass scored these rows only
+                    values = np.where(d.scored, values, 0.0)
                 if np.isfinite(values).all():  # (no index array to build: the usual case)
                     continue
                 bad = np.flatnonzero(~np.isfinite(values))
@@ -405,9 +414,32 @@ class Searcher:
             self._dense_cache = (query, d)
         return self._dense_cache[1]
 
+    def use_ivf(self, exact: bool, probe: int | None) -> None:
+        """IVF hook: search every vector (``exact``) or through the pack's approximate index
+        probing ``probe`` lists (None: the pack's default); a pack without an index is always
+        searched exactly. A pack set passes it to each pack's searcher."""
+        if probe is not None and probe < 1:
+            raise UsageError(f"--probe {probe}: give a number of lists of at least 1")
+        if (exact, probe) != (self.exact, self.probe):
+            self.exact, self.probe, self._dense_cache = exact, probe, None
+        for member in getattr(self, "members", ()):
+            member.use_ivf(exact, probe)
+
     def _scores(self, q: np.ndarray) -> DenseScores:
         """(dense score, cosine) of the unit query vector for every chunk of this pack, from one
         float16 pass over the vectors (exact where ``DenseScores`` says)."""
+        # --- IVF hook (issue 35 item 4): where the dense stage picks its candidates. A pack
+        # with an approximate index (/ivf) is searched through it (the probed lists' chunks
+        # only) unless exact search was asked for (``self.exact``); kbpack/search/ivf.py.
+        index = None if self.exact else self.r.ivf_index()
+        if index is not None:
+            if self._centroids is None:
+                self._centroids = index.centroids.astype(np.float32)
+            probe = self.probe or int(self.r.attrs(F.IVF).get(F.IVF_PROBE_ATTR, 0)) or None
+            return ivf_dense_scores(
+                self._vectors(q), index, self._centroids, q, self._pieces(), probe
+            )
+        # --- end of the IVF hook
         return rounded_chunk_scores(self._vectors(q), q, self._pieces())
 
     def _checked_scores(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

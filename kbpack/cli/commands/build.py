@@ -63,6 +63,19 @@ def build_options(f: Any) -> Any:
             "vectors and ~2x size. Default: on for build; update keeps what the pack has.",
         ),
         click.option(
+            "--ivf/--no-ivf",
+            default=None,
+            help="Write an approximate (IVF) index of the vectors: queries read ~6% of them "
+            "(kbpack query --exact still reads all). Default: from 1M chunks; update keeps "
+            "what the pack has (docs/scaling.md).",
+        ),
+        click.option(
+            "--ivf-lists",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Lists (clusters) of the IVF index; implies --ivf (default: about sqrt(chunks)).",
+        ),
+        click.option(
             "--include",
             multiple=True,
             metavar="GLOB",
@@ -282,7 +295,11 @@ def run_build_command(
         pieces=pieces,
         analyzer=_ANALYZER_IDS.get(kw["analyzer"]) if kw["analyzer"] else None,
         embed_cache_max=_cache_size(kw["embed_cache_max"]),
+        ivf=True if kw["ivf_lists"] is not None and kw["ivf"] is None else kw["ivf"],
+        ivf_lists=kw["ivf_lists"],
     )
+    if kw["ivf_lists"] is not None and kw["ivf"] is False:
+        raise click.UsageError("--ivf-lists asks for an index: drop --no-ivf")
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):

@@ -121,6 +121,17 @@ class QueryCommand(click.Command):
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
 )
 @click.option("--full", is_flag=True, help="Print whole quotes (default: cut at 600 characters).")
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="Scan every vector even where the pack has an approximate (IVF) index (docs/scaling.md).",
+)
+@click.option(
+    "--probe",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Lists of the pack's IVF index a query reads (default: the pack's, ~2 sqrt(lists)).",
+)
 @threads_option
 @json_option
 @quiet_option
@@ -234,6 +245,8 @@ def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
         section=kw["section"],
         context=kw["context"],
         rerank_top=kw["rerank_top"],
+        exact=kw["exact"],
+        probe=kw["probe"],
     )
 
 
