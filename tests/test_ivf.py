@@ -40,7 +40,7 @@ def clustered(n: int, dims: int, seed: int = 0) -> np.ndarray:
 def test_probing_every_list_returns_the_exact_top_k() -> None:
     vectors = clustered(3000, 32)
     index = build_index(vectors, 16)
-    centroids = index.centroids.astype(np.float32)
+    centroids = index.centroids
     queries = clustered(20, 32, seed=1).astype(np.float32)
     recalls = []
     for q in queries:
@@ -211,3 +211,25 @@ def test_merge_split_and_migrate_keep_the_index(packs: dict[str, Path], tmp_path
         assert a is not None and b is not None
         for x, y in ((a.centroids, b.centroids), (a.list_chunks, b.list_chunks)):
             assert np.array_equal(x, y)  # the same vectors: the same index
+
+
+def test_kbpack_index_adds_the_index_without_re_embedding(
+    packs: dict[str, Path], tmp_path: Path, model: Path
+) -> None:
+    src = packs["b"]  # built without an index
+    out = tmp_path / "indexed.kbpack"
+    result = CliRunner().invoke(cli, ["index", str(src), "--ivf-lists", "3", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "IVF index added: 3 lists" in result.output
+    assert verify_pack(out).intact
+    with PackReader(src) as old, PackReader(out) as new:
+        assert new.counts["ivf_lists"] == 3 and not old.has_ivf
+        for path in (F.VEC_DATA, F.CHUNK_FROM, F.BM25_CHUNK):  # nothing else changed
+            assert np.array_equal(old.column(path), new.column(path))
+    with kbpack.open(out, model=model) as p:
+        assert _ids(p, "logs", mode="dense", probe=3) == _ids(p, "logs", mode="dense", exact=True)
+    again = CliRunner().invoke(cli, ["index", str(out), "--ivf", "--json"])  # in place: rebuilt
+    assert again.exit_code == 0 and json.loads(again.stdout)["replaced"] is True
+    assert verify_pack(out).intact
+    none = CliRunner().invoke(cli, ["index", str(src)])
+    assert none.exit_code == 2 and "--ivf" in none.output

@@ -100,6 +100,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "split",
         "Re-cut a pack or a set into members under a size (no re-embedding).",
     ),
+    "index": (
+        "kbpack.cli.commands.index",
+        "index",
+        "Add an approximate (IVF) index to a pack (no re-embedding).",
+    ),
     "model": ("kbpack.cli.commands.model", "model", "Embedding model: info, import, embed."),
     "eval": (
         "kbpack.cli.commands.evaluate",

@@ -434,7 +434,7 @@ class Searcher:
         index = None if self.exact else self.r.ivf_index()
         if index is not None:
             if self._centroids is None:
-                self._centroids = index.centroids.astype(np.float32)
+                self._centroids = np.ascontiguousarray(index.centroids)
             probe = self.probe or int(self.r.attrs(F.IVF).get(F.IVF_PROBE_ATTR, 0)) or None
             return ivf_dense_scores(
                 self._vectors(q), index, self._centroids, q, self._pieces(), probe
