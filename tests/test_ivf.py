@@ -98,6 +98,7 @@ def packs(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Pa
             write_folder(root / "a", PART_A), root / "a.kbpack", model, ivf=True, ivf_lists=4
         ),
         "b": build_pack(write_folder(root / "b", PART_B), root / "b.kbpack", model),
+        "a_src": root / "a",
     }
 
 
@@ -233,3 +234,15 @@ def test_kbpack_index_adds_the_index_without_re_embedding(
     assert verify_pack(out).intact
     none = CliRunner().invoke(cli, ["index", str(src)])
     assert none.exit_code == 2 and "--ivf" in none.output
+
+
+def test_update_keeps_the_index(packs: dict[str, Path], tmp_path: Path, model: Path) -> None:
+    from kbpack.ops.build import BuildOptions
+    from kbpack.ops.update import update_pack
+
+    out = tmp_path / "updated.kbpack"
+    opts = BuildOptions(sources=[packs["a_src"]], out=out, model=model, threads=1, pieces=None)
+    update_pack(packs["a"], opts)
+    assert verify_pack(out).intact
+    with PackReader(out) as r:
+        assert r.has_ivf and r.ivf_index() is not None
