@@ -123,6 +123,9 @@ def test_a_pack_with_the_index_verifies_and_searches_exactly_when_every_list_is_
         one.use_ivf(False, 1)
         scored = one._scores(one._query_vector(QUESTIONS[0])).scored
         assert scored is not None and 0 < scored.sum() < scored.size  # one list of four
+        for mode in ("dense", "hybrid"):  # chunks of other lists are no dense candidates
+            for r in p.search(QUESTIONS[0], k=5, mode=mode, probe=1).results:
+                assert r.distance is not None and np.isfinite(r.distance)
 
 
 def test_query_cli_takes_exact_and_probe(packs: dict[str, Path], model: Path) -> None:
