@@ -64,7 +64,7 @@ def test_the_index_partitions_the_chunks_by_nearest_centroid_deterministically()
     lists = np.repeat(np.arange(20), np.diff(a.list_offsets))
     nearest = np.argmax(vectors.astype(np.float32) @ a.centroids.astype(np.float32).T, axis=1)
     assert np.array_equal(lists, nearest[a.list_chunks])
-    assert default_lists(1_000_000) == 1000
+    assert default_lists(1_000_000) == 2000
 
 
 def test_check_index_names_each_fault_in_one_line() -> None:

@@ -65,7 +65,7 @@ class BuildOptions:
     embed_cache_max: int | None = None
     # the approximate index /ivf (kbpack/pack/ivf.py): True, False, or None: from
     # ivf.MIN_CHUNKS chunks for a build, the old pack's choice for update; its lists (None:
-    # about sqrt(chunks))
+    # about 2 sqrt(chunks))
     ivf: bool | None = None
     ivf_lists: int | None = None
 

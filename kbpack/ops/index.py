@@ -48,7 +48,7 @@ class IndexReport:
 
 
 def add_ivf(src: Path, dst: Path, lists: int | None = None) -> IndexReport:
-    """Write ``src`` with an IVF index of ``lists`` lists (None: about sqrt(chunks)) to ``dst``
+    """Write ``src`` with an IVF index of ``lists`` lists (None: about 2 sqrt(chunks)) to ``dst``
     (which may be ``src``: replaced atomically)."""
     tmp = temp_path_for(dst)
     spool = tmp.with_name(tmp.name + ".vec")

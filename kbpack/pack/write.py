@@ -156,8 +156,8 @@ class PackWriter:
     ) -> None:
         """``ivf``: write the approximate index ``/ivf`` (True), not (False), or from
         ``kbpack.pack.ivf.MIN_CHUNKS`` chunks on (None); ``ivf_lists``: its lists (None: about
-        sqrt(chunks)). ``intermediate``: ``out`` is a hidden file its caller renames later (split's members),
-        so its commit is not reported as a published file after a late signal. ``copies``: find
+        2 sqrt(chunks)). ``intermediate``: ``out`` is a hidden file its caller renames later
+        (split's members), so its commit is not reported as a published file after a late signal. ``copies``: find
         copies of one passage among the chunks and store the groups (``/copies``); False writes
         a pack as kbpack 0.2.0 did, without the element."""
         if (model is None) != (dims is None):

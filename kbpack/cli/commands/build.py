@@ -65,7 +65,7 @@ def build_options(f: Any) -> Any:
         click.option(
             "--ivf/--no-ivf",
             default=None,
-            help="Write an approximate (IVF) index of the vectors: queries read ~6% of them "
+            help="Write an approximate (IVF) index of the vectors: queries read ~5% of them "
             "(kbpack query --exact still reads all). Default: from 1M chunks; update keeps "
             "what the pack has (docs/scaling.md).",
         ),
@@ -73,7 +73,7 @@ def build_options(f: Any) -> Any:
             "--ivf-lists",
             type=click.IntRange(min=1),
             metavar="N",
-            help="Lists (clusters) of the IVF index; implies --ivf (default: about sqrt(chunks)).",
+            help="Lists (clusters) of the IVF index; implies --ivf (default: about 2 sqrt(chunks)).",
         ),
         click.option(
             "--include",

@@ -17,7 +17,7 @@ from kbpack.cli.commands.common import emit_json, force_option, json_option, out
     "--ivf-lists",
     type=click.IntRange(min=1),
     metavar="N",
-    help="Lists (clusters) of the index; implies --ivf (default: about sqrt(chunks)).",
+    help="Lists (clusters) of the index; implies --ivf (default: about 2 sqrt(chunks)).",
 )
 @output_option("Write the indexed pack here instead of replacing PACK.")
 @force_option
