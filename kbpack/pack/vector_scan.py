@@ -272,9 +272,10 @@ class StoredRows:
         ids = np.asarray(ids, dtype=np.int64)
         if self._blocks is None:
             return self.checked_rows(ids).astype(dtype, copy=False)
-        if dtype == FLOAT16 and ids.size and self._rows_view() is not None:
+        strided = self._rows_view() if dtype == FLOAT16 and ids.size else None
+        if strided is not None:
             # one vectorised take over the whole mapping (below): no Python loop per chunk
-            view, starts, per = self._rows_view()  # type: ignore[misc]
+            view, starts, per = strided
             return np.take(view, starts[ids // per] + (ids % per) * self.shape[1], axis=0)
         if ids.size == 0:
             return np.zeros((0, self.shape[1]), dtype)
@@ -312,7 +313,7 @@ class StoredRows:
                     whole, shape=(whole.size - dims + 1, dims), strides=(2, 2), writeable=False
                 )
                 self._view = (view, offsets // 2, self._blocks[0][1].shape[0])
-        return self._view or None
+        return self._view if isinstance(self._view, tuple) else None
 
     def checked_rows(self, rows: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``rows`` (ascending or not) read through HDF5's checksum."""
