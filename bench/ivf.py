@@ -137,7 +137,7 @@ def _top_cosines(rows: np.ndarray, vectors: np.ndarray, keep: int) -> np.ndarray
 
 def statistics(
     vectors: np.ndarray, queries: np.ndarray, doc: np.ndarray, sample: int = 2000
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """The cosines the mixture was fitted on: pairs of chunks, a chunk's nearest other chunk
     (over a sample of chunks), the queries' best, 10th and 100th."""
     rng = np.random.default_rng(2)
@@ -150,7 +150,7 @@ def statistics(
     ranked = _top_cosines(np.asarray(queries, np.float32), vectors, keep)
     return {
         "pair_other_doc": round(float(pair[other].mean()), 3),
-        "pair_same_doc": round(float(pair[~other].mean()), 3) if (~other).any() else float("nan"),
+        "pair_same_doc": round(float(pair[~other].mean()), 3) if (~other).any() else None,
         "nearest_chunk": round(float(near.mean()), 3),
         "query_best": round(float(ranked[:, 0].mean()), 3),
         "query_10th": round(float(ranked[:, 9].mean()), 3),
