@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from independent_reader import ivf_check
 from scale_corpus import PART_A, PART_B, build_pack, write_folder
 
 import kbpack
@@ -115,6 +116,7 @@ def test_a_pack_with_the_index_verifies_and_searches_exactly_when_every_list_is_
         assert r.counts["ivf_lists"] == 4
         assert r.attrs(F.IVF)["probe"] == 4
     assert not PackReader(packs["b"]).has_ivf  # small packs: no index unless asked for
+    assert ivf_check(str(pack)) == 4  # the spec's rules, read with h5py and numpy alone
     with kbpack.open(pack, model=model) as p:
         for q in QUESTIONS:
             for mode in ("dense", "hybrid"):
@@ -123,6 +125,8 @@ def test_a_pack_with_the_index_verifies_and_searches_exactly_when_every_list_is_
         one.use_ivf(False, 1)
         scored = one._scores(one._query_vector(QUESTIONS[0])).scored
         assert scored is not None and 0 < scored.sum() < scored.size  # one list of four
+        q = one._query_vector(QUESTIONS[0])
+        assert np.flatnonzero(scored).tolist() == ivf_check(str(pack), 1, q)  # as the spec says
         for mode in ("dense", "hybrid"):  # chunks of other lists are no dense candidates
             for r in p.search(QUESTIONS[0], k=5, mode=mode, probe=1).results:
                 assert r.distance is not None and np.isfinite(r.distance)
