@@ -304,6 +304,8 @@ class Searcher:
         if self.embedder is not None:
             self.r.stored_rows(F.VEC_DATA)  # maps the file, reads the chunk index
             self._pieces()
+            if not self.exact:  # IVF hook: the index read and checked once (None without)
+                self.r.ivf_index()
         if self.r.counts.get("chunks", 0):
             self._bm25_queries = max(self._bm25_queries, 1)  # the next call bakes
             self._bm25("", None)
