@@ -111,7 +111,19 @@ class Pack:
     def embedder(self) -> Any | None:
         return self.searcher.embedder
 
-    def search(self, query: str, k: int = 5, mode: str = "hybrid", **kw: Any) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        *,
+        exact: bool = False,
+        probe: int | None = None,
+        **kw: Any,
+    ) -> SearchResponse:
+        """``exact``: scan every vector even in a pack with an approximate (IVF) index;
+        ``probe``: the index's lists a query reads (None: the pack's default)."""
+        self.searcher.use_ivf(exact, probe)
         return self.searcher.search(query, k=k, mode=mode, **kw)
 
     def ask(self, question: str, llm: Any, **kw: Any) -> Answer:

@@ -275,3 +275,26 @@ def analyzer_check(path: str) -> tuple[str | None, set[str]]:
         for w in re.findall(r"(?<!\S)([a-z]+)(?=[\s,;!?)]|\.(?:\s|$)|$)", c.content):
             want.add("~" + stem(w))
     return name, want
+
+
+def ivf_check(path: str, probe: int | None = None, query: np.ndarray | None = None) -> int | None:
+    """Spec §3.13: every chunk in exactly one list, rows ascending within a list, offsets from
+    0 to the chunks; with ``query``, the chunks of the ``probe`` lists whose centroids score
+    highest (ties to the lower list), ascending. The number of lists; None without /ivf."""
+    with h5py.File(path, "r", locking=False) as f:
+        if "ivf" not in f:
+            return None
+        centroids = f["/ivf/centroids"][()].astype(np.float64)
+        offsets, chunks = f["/ivf/list_offsets"][()], f["/ivf/list_chunks"][()]
+        n, dims = f["/vectors/data"].shape
+        default = int(f["/ivf"].attrs["probe"])
+    assert centroids.shape[1] == dims and np.isfinite(centroids).all()
+    assert offsets[0] == 0 and offsets[-1] == n and (np.diff(offsets) >= 0).all()
+    assert sorted(chunks.tolist()) == list(range(n))
+    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+        assert (np.diff(chunks[a:b]) > 0).all()
+    if query is None:
+        return len(centroids)
+    scores = centroids @ np.asarray(query, np.float64)
+    picked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[: probe or default]
+    return sorted(c for i in picked for c in chunks[offsets[i] : offsets[i + 1]].tolist())

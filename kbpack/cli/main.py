@@ -62,6 +62,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "Upgrade a pack's format or re-embed it with a new model.",
     "merge": "Merge several packs into one (no re-embedding).",
     "split": "Re-cut a pack or a set into members under a size (no re-embedding).",
+    "index": "Add an approximate (IVF) index to a pack (no re-embedding).",
     "model": "Embedding model: info, import, embed.",
     "eval": "Measure retrieval: recall@k, MRR, destroyed answers.",
     "calibrate": "Choose the refusal threshold from data.",

@@ -60,9 +60,12 @@ VALUE_OPTIONS = frozenset(
         "--batch",
         "--threads",
         "--key",
+        "--probe",
     }
 )
-FLAGS = frozenset({"--full", "--json", "-q", "--quiet", "--require-signature", "--allow-unsigned"})
+FLAGS = frozenset(
+    {"--full", "--json", "-q", "--quiet", "--require-signature", "--allow-unsigned", "--exact"}
+)
 
 
 @dataclass(frozen=True)

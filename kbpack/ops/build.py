@@ -63,6 +63,11 @@ class BuildOptions:
     # bytes the embedding cache may hold (kbpack/model/embed_cache.py); None: its default,
     # 0: no cache (nothing read, nothing kept)
     embed_cache_max: int | None = None
+    # the approximate index /ivf (kbpack/pack/ivf.py): True, False, or None: from
+    # ivf.MIN_CHUNKS chunks for a build, the old pack's choice for update; its lists (None:
+    # about 2 sqrt(chunks))
+    ivf: bool | None = None
+    ivf_lists: int | None = None
 
 
 @dataclass
@@ -264,6 +269,8 @@ def build_from(
                 {"shard": {"index": opts.shard[0], "count": opts.shard[1]}} if opts.shard else None
             ),
             pieces=with_pieces,
+            ivf=opts.ivf,
+            ivf_lists=opts.ivf_lists,
         ) as writer:
 
             def flush() -> None:

@@ -180,6 +180,9 @@ def merge_packs(
             chunking=first.chunking,
             pieces=first.has_pieces,
             manifest_extra={"merged_from": records},
+            # an IVF index (/ivf) is rebuilt over the merged vectors when any source had one,
+            # and from ivf.MIN_CHUNKS chunks on as a build writes it
+            ivf=True if any(r.has_ivf for r in readers) else None,
         ) as writer:
             _search_settings(readers, writer, notes)
             for n, (i, row) in enumerate(order, 1):
@@ -188,6 +191,11 @@ def merge_packs(
             progress.done()
             writer.set_postings(postings.finish(writer.n_chunks))
             committed = writer.commit()
+            if "ivf_lists" in committed.counts:
+                notes.append(
+                    f"IVF index rebuilt over the merged vectors: {committed.counts['ivf_lists']} "
+                    "lists"
+                )
     return MergeReport(
         path=committed.path,
         size=committed.size,

@@ -513,6 +513,8 @@ def _rebuild(
         doc_prefix=prefixes.document if prefixes is not None else None,
         allow_empty=True,  # a migrated pack holds what the old one held, even nothing
         pieces=reader.has_pieces,  # a pack with the piece level keeps it (re-embedded if new model)
+        ivf=reader.has_ivf,  # and one with an IVF index keeps it, rebuilt over the new vectors
+        ivf_lists=reader.counts.get("ivf_lists"),
     )
     result = build_from(
         _restored_documents(contents),
@@ -551,6 +553,9 @@ def _copy(
             created=reader.manifest.created,
             chunking=reader.chunking,
             pieces=reader.has_pieces,
+            # the same vectors and lists: k-means from its fixed seed writes the same index
+            ivf=reader.has_ivf,
+            ivf_lists=reader.counts.get("ivf_lists"),
         ) as writer:
             for row in contents:
                 doc = contents.document(row)

@@ -220,6 +220,7 @@ def _write_member(
         pieces=r.has_pieces,
         manifest_extra={"set": {"id": set_id, "index": index, "count": 0}},
         intermediate=True,  # renamed into place by _publish with the whole set
+        ivf=True if r.has_ivf else None,  # each member indexes its own vectors (rebuilt)
     ) as w:
         s = r.search_defaults
         w.set_search_defaults(s["max_distance"], s.get("calibration"))

@@ -214,6 +214,8 @@ def update_pack(old: Path, opts: BuildOptions, progress: Progress | None = None)
             opts = replace(opts, max_chars=recorded["max_chars"], overlap=recorded["overlap"])
         if opts.pieces is None:  # neither --pieces nor --no-pieces: as the old pack
             opts = replace(opts, pieces=reader.has_pieces)
+        if opts.ivf is None and reader.has_ivf:  # an index stays, rebuilt for the new vectors
+            opts = replace(opts, ivf=True)
         if opts.analyzer is None:  # no --analyzer: terms as the old pack made them
             opts = replace(opts, analyzer=reader.bm25_analyzer)
         contents = PackContents(reader)

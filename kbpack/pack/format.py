@@ -47,6 +47,7 @@ PIECES = "/pieces"
 COPIES = "/copies"
 ROW_DIGESTS = "/row_digests"
 LINKS = "/links"
+IVF = "/ivf"  # optional (spec §3.13): the approximate (inverted-file) index over /vectors/data
 
 # --- datasets --------------------------------------------------------------------------------
 DOC_NAME = "/documents/name"
@@ -120,6 +121,11 @@ LINK_TO = "/links/to"
 LINK_TARGET = "/links/target"
 LINK_TARGET_OFFSET = "/links/target_offset"
 LINK_ANCHOR = "/links/anchor"
+# optional (spec §3.13): cluster centroids and, per cluster, the chunk rows nearest to it
+IVF_CENTROIDS = "/ivf/centroids"
+IVF_LIST_OFFSETS = "/ivf/list_offsets"
+IVF_LIST_CHUNKS = "/ivf/list_chunks"
+IVF_DATASETS = (IVF_CENTROIDS, IVF_LIST_OFFSETS, IVF_LIST_CHUNKS)
 # string column -> its row digests
 ROW_DIGEST_OF = {
     DOC_NAME: ROW_DOC_NAME,
@@ -169,6 +175,11 @@ EMBEDDED_TEXT_RULE = (
 )
 
 COPIES_RULE_ATTR = "rule"  # kbpack.pack.copies.RULE: how the groups were found
+
+IVF_RULE_ATTR = "rule"  # kbpack.pack.ivf.RULE: how the lists were made (informative)
+IVF_METRIC_ATTR = "metric"  # "cosine": lists are probed by the query's cosine to the centroids
+IVF_METRIC = "cosine"
+IVF_PROBE_ATTR = "probe"  # the lists a query probes by default (kbpack query --probe overrides)
 
 PIECE_RULE_ATTR = "piece_rule"
 PIECE_WEIGHT_ATTR = "weight"
@@ -356,6 +367,35 @@ ELEMENTS: tuple[Element, ...] = (
             (SEC_TITLE, "sections"),
         )
     ),
+    Element(
+        IVF,
+        "ivf",
+        "approximate (inverted-file) index over /vectors/data: centroids and the chunks of each "
+        "centroid's list; exact search never reads it",
+        optional=True,
+    ),
+    _ds(
+        IVF_CENTROIDS,
+        "f2",
+        "ivf_lists",
+        "one unit centroid per list (float16)",
+        ndim=2,
+        optional=True,
+    ),
+    _ds(
+        IVF_LIST_OFFSETS,
+        "i8",
+        "",
+        "ivf_lists + 1 offsets: list l holds list_chunks[offsets[l]:offsets[l+1]]",
+        optional=True,
+    ),
+    _ds(
+        IVF_LIST_CHUNKS,
+        "i4",
+        "chunks",
+        "chunk rows of each list, ascending within a list; every chunk exactly once",
+        optional=True,
+    ),
 )
 
 # Links (spec §3.12), after the allowlist above so that another optional element can be added
@@ -407,7 +447,7 @@ COUNT_KEYS = (
 # Counts present only in packs that hold the element they count (/pieces: build --pieces;
 # /copies: written by kbpack 0.3 and later, absent from 0.2.0 packs; /bm25/dense_*: written
 # since issue 19's first-query work, absent from older packs).
-OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf", "links")
+OPTIONAL_COUNT_KEYS = ("pieces", "copies", "dense_terms", "dense_tf", "links", "ivf_lists")
 
 
 def is_sha256_hex(value: object) -> bool:

@@ -33,6 +33,7 @@ from kbpack.pack import format as F
 from kbpack.pack.checks import Checks, FileState, held_path
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, strings_digest
 from kbpack.pack.global_heap import HeapReferences, string_column
+from kbpack.pack.ivf import IvfIndex, check_index
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.preflight import Outcome, first_open
 from kbpack.pack.structure import check_structure
@@ -858,6 +859,30 @@ class PackReader:
             (int(start[i]), int(end[i]), int(target[i]), int(offset[i]), anchor[i])
             for i in range(lo, hi)
         ]
+
+    # -- the approximate index (spec §3.13; kbpack/pack/ivf.py, kbpack/search/ivf.py) ---------
+    @property
+    def has_ivf(self) -> bool:
+        """Whether the pack holds an IVF index (``/ivf``: ``build --ivf``, ``kbpack index``)."""
+        with hdf5_errors(self.where):
+            return self.has_vectors and F.IVF in self.h5
+
+    def ivf_index(self) -> IvfIndex | None:
+        """The IVF index, its datasets read whole (digest-checked) and checked as verify checks
+        them (``check_index``: every chunk in exactly one list); None in a pack without."""
+        if "ivf" not in self._cache:
+            index = None
+            if self.has_ivf:
+                centroids, offsets, chunks = (self.column(p) for p in F.IVF_DATASETS)
+                dims = self.dataset(F.VEC_DATA).shape[1:]
+                n = int(self.counts.get("chunks", 0))
+                why = check_index(centroids, offsets, chunks, n, int(dims[0]) if dims else -1)
+                if why is not None:
+                    raise DamagedDataError(self.where, F.IVF, why)
+                index = IvfIndex(centroids, offsets, chunks)
+            self._cache["ivf"] = index
+        out: IvfIndex | None = self._cache["ivf"]
+        return out
 
     def chunk_content(self, chunk: int) -> str:
         doc = self.value(F.CHUNK_DOCUMENT, chunk)

@@ -398,6 +398,7 @@ def _check_dataset(
 _TEXT_ROWS = {"documents": 1, "sections": 1, "pages": 1, "chunks": 1, "pieces": 1, "copies": 1}
 _TEXT_ROWS |= {"links": 1}  # a link has at least one code point of text (spec §3.12)
 _TEXT_ROWS |= {"terms": 1, "terms_plus_one": 1, "terms_bytes": 1, "postings": 4}
+_TEXT_ROWS |= {"ivf_lists": 1}  # an IVF index has at most one list per chunk (spec §3.13)
 
 
 def _most_rows(rows: str, file_size: int) -> float:

@@ -181,6 +181,7 @@ class StoredRows:
         self.shape: tuple[int, int] = tuple(h5ds.shape)  # type: ignore[assignment]
         self._blocks: list[tuple[int, np.ndarray]] | None = None
         self._map: mmap.mmap | None = None
+        self._view: tuple[np.ndarray, np.ndarray, int] | bool | None = None  # _rows_view
         self.mapped = False
         with contextlib.suppress(OSError, ValueError, RuntimeError, TypeError, KeyError):
             self._blocks = self._map_chunks(h5ds, path)
@@ -264,12 +265,25 @@ class StoredRows:
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``ids`` as the scan reads them: from the mapped bytes (no checksum,
         like the scan) where mapped, else through HDF5."""
+        return self._gather(ids, np.float32)
+
+    def rows16(self, ids: np.ndarray) -> np.ndarray:
+        """``rows`` as stored, float16: what the IVF search (``kbpack/search/ivf.py``) scans,
+        without numpy's slow float16 -> float32 conversion of every gathered row."""
+        return self._gather(ids, FLOAT16)
+
+    def _gather(self, ids: np.ndarray, dtype: Any) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         if self._blocks is None:
-            return self.checked_rows(ids)
+            return self.checked_rows(ids).astype(dtype, copy=False)
+        strided = self._rows_view() if dtype == FLOAT16 and ids.size else None
+        if strided is not None:
+            # one vectorised take over the whole mapping (below): no Python loop per chunk
+            view, starts, per = strided
+            return np.take(view, starts[ids // per] + (ids % per) * self.shape[1], axis=0)
         if ids.size == 0:
-            return np.zeros((0, self.shape[1]), np.float32)
-        out = np.empty((ids.size, self.shape[1]), np.float32)
+            return np.zeros((0, self.shape[1]), dtype)
+        out = np.empty((ids.size, self.shape[1]), dtype)
         per = self._blocks[0][1].shape[0]  # every chunk but the last holds this many rows
         block = ids // per
         order = np.argsort(block, kind="stable")
@@ -279,6 +293,31 @@ class StoredRows:
             first, view = self._blocks[int(block[at[0]])]
             out[at] = view[ids[at] - first]
         return out
+
+    def _rows_view(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """(view, starts, per): row ``i`` of chunk ``b`` (``per`` rows a chunk) is row
+        ``starts[b] + i * dims`` of ``view``, the mapped file
+        as overlapping float16 rows (a strided view: no copy). None when the chunks do not all
+        start at even offsets (HDF5 may place them at any byte; the loop in ``_gather`` serves).
+        """
+        if self._view is None and self._blocks is not None and self._map is not None:
+            flat = np.frombuffer(self._map, dtype=np.uint8)
+            offsets = (
+                np.array(
+                    [v.__array_interface__["data"][0] for _, v in self._blocks], dtype=np.int64
+                )
+                - flat.__array_interface__["data"][0]
+            )
+            dims = self.shape[1]
+            if (offsets % 2).any() or flat.size < 2 * dims:
+                self._view = False
+            else:
+                whole = flat[: flat.size - flat.size % 2].view(FLOAT16)
+                view = np.lib.stride_tricks.as_strided(
+                    whole, shape=(whole.size - dims + 1, dims), strides=(2, 2), writeable=False
+                )
+                self._view = (view, offsets // 2, self._blocks[0][1].shape[0])
+        return self._view if isinstance(self._view, tuple) else None
 
     def checked_rows(self, rows: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``rows`` (ascending or not) read through HDF5's checksum."""
@@ -291,6 +330,7 @@ class StoredRows:
 
     def close(self) -> None:
         self._blocks = None
+        self._view = None
         if self._map is not None:
             with contextlib.suppress(BufferError):  # a caller still holds a view: let GC close
                 self._map.close()

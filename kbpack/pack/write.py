@@ -38,6 +38,9 @@ from kbpack.pack.digest import (
     strings_digest,
 )
 from kbpack.pack.format import PIECE_RULE, PIECE_WEIGHT
+from kbpack.pack.ivf import IvfIndex, ivf_attrs
+from kbpack.pack.ivf import build_index as build_ivf
+from kbpack.pack.ivf import wanted as ivf_wanted
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
 from kbpack.pack.preflight import remember_parsed
 from kbpack.pack.storage import create_dataset
@@ -148,9 +151,13 @@ class PackWriter:
         pieces: bool = False,
         intermediate: bool = False,
         copies: bool = True,
+        ivf: bool | None = None,
+        ivf_lists: int | None = None,
     ) -> None:
-        """``intermediate``: ``out`` is a hidden file its caller renames later (split's members),
-        so its commit is not reported as a published file after a late signal. ``copies``: find
+        """``ivf``: write the approximate index ``/ivf`` (True), not (False), or from
+        ``kbpack.pack.ivf.MIN_CHUNKS`` chunks on (None); ``ivf_lists``: its lists (None: about
+        2 sqrt(chunks)). ``intermediate``: ``out`` is a hidden file its caller renames later
+        (split's members), so its commit is not reported as a published file after a late signal. ``copies``: find
         copies of one passage among the chunks and store the groups (``/copies``); False writes
         a pack as kbpack 0.2.0 did, without the element."""
         if (model is None) != (dims is None):
@@ -174,6 +181,8 @@ class PackWriter:
         # every chunk's fingerprint, grouped at commit (kbpack/pack/copies.py); None: no /copies
         self._copy_finder = CopyFinder() if copies else None
         self._copy_groups: CopyGroups | None = None
+        self.ivf, self.ivf_lists = ivf, ivf_lists
+        self._ivf_index: IvfIndex | None = None  # built at commit from the vector spool
         self.created = created or created_now()
         self.stale_removed = remove_stale_temp_files(self.out)  # left by killed writers
         self.tmp = temp_path_for(self.out)
@@ -400,6 +409,8 @@ class PackWriter:
                 self._piece_f.close()
             if self._copy_finder is not None:  # here, not in the HDF5 child: errors surface
                 self._copy_groups = self._copy_finder.groups()
+            if self.dims and ivf_wanted(self._n_vectors, self.ivf):
+                self._ivf_index = self._build_ivf()
             free = free_bytes(self.out.parent)
             if free is not None and self._incompressible_bytes() > free:
                 spools = self._incompressible_bytes()  # the spools hold the same bytes
@@ -450,6 +461,19 @@ class PackWriter:
             remember_parsed(self.out)
             remember_written(self.out)
         return CommitResult(self.out, size, counts)
+
+    def _build_ivf(self) -> IvfIndex:
+        """The IVF index of the spooled vectors (``kbpack/pack/ivf.py``), read memory-mapped."""
+        assert self.dims
+        vectors = np.memmap(
+            self._vec_spool, dtype="<f2", mode="r", shape=(self._n_vectors, self.dims)
+        )
+        try:
+            return build_ivf(vectors, self.ivf_lists)
+        except ValueError as e:
+            raise KbpackError(f"{self.out}: {e}") from None
+        finally:
+            del vectors
 
     def abort(self) -> None:
         """Remove the temp files; the output path is left as it was."""
@@ -511,6 +535,9 @@ class PackWriter:
         links = self._resolved_links()
         if links is not None:
             counts["links"] = len(links[F.LINK_ANCHOR])
+        ivf = self._ivf_index
+        if ivf is not None:
+            counts["ivf_lists"] = ivf.lists
         with (
             h5py.File(self.tmp, "w", userblock_size=F.USERBLOCK_SIZE, libver=("v110", "v110")) as h,
             errors_reported_first(),
@@ -538,6 +565,8 @@ class PackWriter:
                 if el.path == F.COPIES and copies is None:
                     continue
                 if el.path == F.LINKS and links is None:
+                    continue
+                if el.path == F.IVF and ivf is None:
                     continue
                 g = h.create_group(el.path)
                 attrs = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
@@ -567,6 +596,8 @@ class PackWriter:
                     )
                 elif el.path == F.COPIES:
                     attrs[F.COPIES_RULE_ATTR] = COPIES_RULE
+                elif el.path == F.IVF and ivf is not None:
+                    attrs.update(ivf_attrs(ivf))
                 elif el.path == F.VECTORS:
                     attrs.update(
                         {"dims": self.dims, "normalisation": "l2", "stored_dtype": "float16"}
@@ -631,6 +662,10 @@ class PackWriter:
                         put(path, values)
                     else:
                         put_str(path, values)
+            if ivf is not None:
+                put(F.IVF_CENTROIDS, ivf.centroids)
+                put(F.IVF_LIST_OFFSETS, ivf.list_offsets)
+                put(F.IVF_LIST_CHUNKS, ivf.list_chunks)
             # Write everything out while errors still raise: h5py swallows the errors of
             # writes that happen when a dataset is deallocated ("Exception ignored in
             # __dealloc__"), and its close after such a failure is where HDF5 crashed.

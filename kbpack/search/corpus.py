@@ -71,6 +71,8 @@ class Corpus(Protocol):
 
     # -- start-up -----------------------------------------------------------------------------
     def prepare(self, vectors: bool) -> None: ...
+    # every vector scanned (``exact``) or through the pack's approximate index (``probe`` lists)
+    def use_ivf(self, exact: bool, probe: int | None) -> None: ...
     def read_ahead(self, loading: Callable[[], bool]) -> None: ...
 
 
@@ -253,10 +255,12 @@ class PackCorpus:
         """Load now what every query needs (the vectors, the baked BM25 postings), so that a
         long-lived server pays for them once at start and not on its first requests."""
         if vectors:
-            self.r.stored_rows(F.VEC_DATA)  # maps the file, reads the chunk index
-            self.vectors.pieces()
+            self.vectors.prepare()
         if self.r.counts.get("chunks", 0):
             self.postings.bake()
+
+    def use_ivf(self, exact: bool, probe: int | None) -> None:
+        self.vectors.use_ivf(exact, probe)
 
     def read_ahead(self, loading: Callable[[], bool]) -> None:
         """While the model loads in a worker thread (``loading()`` says it still does): what

@@ -143,6 +143,9 @@ class DenseScores:
     cos: np.ndarray
     error: float
     rescore: Rescore
+    # the rows this pass scored (bool), None: every row. An approximate (IVF) pass scores only
+    # the probed chunks and gives the others -inf: not candidates (kbpack/search/ivf.py)
+    scored: np.ndarray | None = None
     exact: np.ndarray = field(init=False)
     _unfiltered: dict[int, np.ndarray] = field(init=False, default_factory=dict)
 
@@ -163,11 +166,17 @@ class DenseScores:
                     score[at], cos[at] = part.rescore(ids[at] - base[j])
             return score, cos
 
+        scored = None
+        if any(p.scored is not None for p in parts):
+            scored = np.concatenate(
+                [np.ones(p.score.size, bool) if p.scored is None else p.scored for p in parts]
+            )
         out = cls(
             np.concatenate([p.score for p in parts]),
             np.concatenate([p.cos for p in parts]),
             max((p.error for p in parts), default=0.0),
             rescore,
+            scored,
         )
         out.exact = np.concatenate([p.exact for p in parts])
         return out

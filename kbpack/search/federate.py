@@ -93,6 +93,10 @@ class SetCorpus:
             for m in self.members:
                 m.r.stored_rows(F.VEC_DATA)
 
+    def use_ivf(self, exact: bool, probe: int | None) -> None:
+        for m in self.members:
+            m.use_ivf(exact, probe)
+
     def read_ahead(self, loading: Callable[[], bool]) -> None:
         """Nothing: a set's model is loaded before its first search."""
 
@@ -359,7 +363,17 @@ class PackSet:
     def embedder(self) -> Any | None:
         return self.searcher.embedder
 
-    def search(self, query: str, k: int = 5, mode: str = "hybrid", **kw: Any) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        *,
+        exact: bool = False,
+        probe: int | None = None,
+        **kw: Any,
+    ) -> SearchResponse:
+        self.searcher.use_ivf(exact, probe)  # (kbpack.api.Pack.search)
         if mode == "dense" and self.mixed_models:
             raise UsageError(
                 f"{self.mixed_models}: --mode dense needs one model; use hybrid or bm25"

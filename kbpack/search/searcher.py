@@ -148,6 +148,12 @@ class Searcher:
         long-lived server pays for them once at start and not on its first requests."""
         self.corpus.prepare(vectors=self.embedder is not None)
 
+    def use_ivf(self, exact: bool, probe: int | None) -> None:
+        """Search every vector (``exact``) or through the pack's approximate (IVF) index probing
+        ``probe`` lists (None: the pack's default); a pack without an index is always searched
+        exactly (``kbpack query --exact/--probe``, ``Pack.search(exact=, probe=)``)."""
+        self.corpus.use_ivf(exact, probe)
+
     def query_vector(self, query: str) -> np.ndarray:
         """The query's unit vector (float32), embedded alone."""
         assert self.embedder is not None

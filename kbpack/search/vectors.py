@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.search.dense import (
@@ -22,6 +23,7 @@ from kbpack.search.dense import (
     rounded_chunk_scores,
     rounded_chunk_scores_many,
 )
+from kbpack.search.ivf import ivf_dense_scores
 
 
 class PackVectors:
@@ -31,6 +33,25 @@ class PackVectors:
         self.r = reader
         self._piece_index: PieceIndex | None = None
         self._lock = threading.Lock()
+        # True: every vector is scanned even where the pack has an approximate index
+        # (``kbpack query --exact``); ``probe``: the index's lists a query reads (None: the
+        # pack's default). A pack without ``/ivf`` is always scanned whole.
+        self.exact = False
+        self.probe: int | None = None
+        self._centroids: np.ndarray | None = None
+
+    def use_ivf(self, exact: bool, probe: int | None) -> None:
+        if probe is not None and probe < 1:
+            raise UsageError(f"--probe {probe}: give a number of lists of at least 1")
+        self.exact, self.probe = exact, probe
+
+    def prepare(self) -> None:
+        """Read what every dense query reads: the vectors' chunk index, the pieces, the IVF
+        index (read and checked once; None without)."""
+        self.r.stored_rows(F.VEC_DATA)  # maps the file, reads the chunk index
+        self.pieces()
+        if not self.exact:
+            self.r.ivf_index()
 
     def pieces(self) -> PieceIndex | None:
         """The pack's piece vectors grouped by chunk, loaded once; None in a pack without
@@ -65,10 +86,25 @@ class PackVectors:
     def scores(self, q: np.ndarray) -> DenseScores:
         """(dense score, cosine) of the unit query vector ``q`` for every chunk, from one
         float16 pass over the vectors (exact where ``DenseScores`` says)."""
-        return self._finite(rounded_chunk_scores(self.stored(q.shape[-1]), q, self.pieces()))
+        stored = self.stored(q.shape[-1])
+        # the dense stage picks its candidates here: a pack with an approximate index (/ivf,
+        # issue 35 item 4) scores the probed lists' chunks only (-inf elsewhere: not candidates)
+        # unless exact search was asked for; kbpack/search/ivf.py
+        index = None if self.exact else self.r.ivf_index()
+        if index is not None:
+            if self._centroids is None:
+                self._centroids = np.ascontiguousarray(index.centroids)
+            probe = self.probe or int(self.r.attrs(F.IVF).get(F.IVF_PROBE_ATTR, 0)) or None
+            return self._finite(
+                ivf_dense_scores(stored, index, self._centroids, q, self.pieces(), probe)
+            )
+        return self._finite(rounded_chunk_scores(stored, q, self.pieces()))
 
     def scores_many(self, queries: np.ndarray) -> list[DenseScores]:
-        """``scores`` of each row of ``queries`` (B, dims), the same bits, one pass for all."""
+        """``scores`` of each row of ``queries`` (B, dims), the same bits, one pass for all
+        (through an approximate index: one probe per query)."""
+        if not self.exact and self.r.ivf_index() is not None:
+            return [self.scores(q) for q in queries]
         stored = self.stored(queries.shape[-1])
         parts = rounded_chunk_scores_many(stored, queries, self.pieces())
         return [self._finite(d) for d in parts]
@@ -81,6 +117,8 @@ class PackVectors:
         """A NaN or infinite component (a pack whose digests were rewritten to match: only
         verify's invariants would say so) must be one line, not a fusion ValueError."""
         for element, values in ((F.VEC_DATA, d.cos), (F.PIECE_DATA, d.score)):
+            if d.scored is not None:  # an approximate pass scored these rows only
+                values = np.where(d.scored, values, 0.0)
             if np.isfinite(values).all():  # (no index array to build: the usual case)
                 continue
             bad = np.flatnonzero(~np.isfinite(values))

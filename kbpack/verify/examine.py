@@ -21,6 +21,7 @@ from kbpack.verify.digests import ElementDigests
 from kbpack.verify.invariants.bm25 import Bm25Invariants
 from kbpack.verify.invariants.copies import CopyInvariants
 from kbpack.verify.invariants.group_attributes import GroupAttributeInvariants
+from kbpack.verify.invariants.ivf import IvfInvariants
 from kbpack.verify.invariants.links import LinkInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
 from kbpack.verify.invariants.row_digests import RowDigestInvariants
@@ -133,6 +134,7 @@ class Examiner(
     VectorInvariants,
     PieceInvariants,
     CopyInvariants,
+    IvfInvariants,
     GroupAttributeInvariants,
     RowDigestInvariants,
     LinkInvariants,
@@ -206,7 +208,11 @@ class Examiner(
     def late_invariants(self, h: Any) -> None:
         """Checks that need the vector pass finished."""
         self._run_checks(
-            self._check_vectors, self._check_pieces, self._check_copies, self._check_counts
+            self._check_vectors,
+            self._check_pieces,
+            self._check_copies,
+            self._check_ivf,
+            self._check_counts,
         )
 
     def _run_checks(self, *checks: Callable[[], None]) -> None:

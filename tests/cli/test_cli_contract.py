@@ -52,6 +52,7 @@ RUNS: dict[str, list[str] | None] = {
     "merge": ["{pack}", "-o", "{tmp}/merged.kbpack"],
     "split": ["{pack}", "-o", "{tmp}/cut", "--size", "1M"],
     "migrate": ["{pack}", "--dry-run"],
+    "index": ["{pack}", "--ivf", "-o", "{tmp}/indexed.kbpack"],
     "model info": ["{model}"],
     "model import": ["{weights}", "-o", "{tmp}/imported.gguf"],
     "model embed": ["--model", "{model}", "hello"],

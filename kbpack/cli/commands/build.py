@@ -59,6 +59,19 @@ def build_options(f: Any) -> Any:
             help="Also embed sentence pieces of every chunk: finer dense matching for ~4x "
             "vectors and ~2x size. Default: on for build; update keeps what the pack has.",
         ),
+        click.option(
+            "--ivf/--no-ivf",
+            default=None,
+            help="Write an approximate (IVF) index of the vectors: queries read ~5% of them "
+            "(kbpack query --exact still reads all). Default: from 1M chunks; update keeps "
+            "what the pack has (docs/scaling.md).",
+        ),
+        click.option(
+            "--ivf-lists",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Lists (clusters) of the IVF index; implies --ivf (default: about 2 sqrt(chunks)).",
+        ),
         globs("--include", "Only names matching GLOB (repeatable)."),
         globs("--exclude", "Skip names matching GLOB (repeatable)."),
         flag(
@@ -255,7 +268,11 @@ def run_build_command(
         pieces=pieces,
         analyzer=_ANALYZER_IDS.get(kw["analyzer"]) if kw["analyzer"] else None,
         embed_cache_max=_cache_size(kw["embed_cache_max"]),
+        ivf=True if kw["ivf_lists"] is not None and kw["ivf"] is None else kw["ivf"],
+        ivf_lists=kw["ivf_lists"],
     )
+    if kw["ivf_lists"] is not None and kw["ivf"] is False:
+        raise click.UsageError("--ivf-lists asks for an index: drop --no-ivf")
     if opts.embed_model and not opts.vectors:
         raise click.UsageError("--embed-model needs vectors; drop --no-vectors")
     if not opts.vectors and (opts.query_prefix is not None or opts.doc_prefix is not None):

@@ -108,6 +108,17 @@ class QueryCommand(click.Command):
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
 )
 @flag("--full", help="Print whole quotes (default: cut at 600 characters).")
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="Scan every vector even where the pack has an approximate (IVF) index (docs/scaling.md).",
+)
+@click.option(
+    "--probe",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Lists of the pack's IVF index a query reads (default: the pack's, ~2 sqrt(lists)).",
+)
 @threads_option()
 @json_option()
 @quiet_option()
@@ -211,7 +222,18 @@ def _label(p: Any) -> str:
 
 
 def _search(p: Any, q: str, kw: dict[str, Any]) -> Any:
-    how = pick(kw, "k", "mode", "max_distance", "kind", "section", "context", "rerank_top")
+    how = pick(
+        kw,
+        "k",
+        "mode",
+        "max_distance",
+        "kind",
+        "section",
+        "context",
+        "rerank_top",
+        "exact",
+        "probe",
+    )
     return p.search(q, **how, doc=kw["doc_glob"])
 
 

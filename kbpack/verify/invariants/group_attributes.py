@@ -62,6 +62,12 @@ REQUIRED: dict[str, dict[str, Any]] = {
         F.SEARCH_MAX_DISTANCE: lambda v: None if _is_number(v) else "must be a finite number"
     },
     F.COPIES: {F.COPIES_RULE_ATTR: _text},
+    F.IVF: {  # spec §3.13 (probe against the lists, dims against the vectors: invariants/ivf.py)
+        "dims": _dims,
+        F.IVF_METRIC_ATTR: _exactly(F.IVF_METRIC),
+        F.IVF_PROBE_ATTR: lambda v: None if _is_int(v) and v >= 1 else "must be an integer >= 1",
+        F.IVF_RULE_ATTR: _text,
+    },
 }
 
 

@@ -1,0 +1,136 @@
+"""``kbpack index PACK --ivf``: add (or rebuild) the approximate index ``/ivf`` of an existing
+pack without re-embedding anything (spec/FORMAT.md §3.13).
+
+The vectors are read through HDF5's checksum, block by block, into a spool file beside the
+output and memory-mapped from there (a 10M-chunk pack's 7.7 GB never sit in memory at once);
+``kbpack.pack.ivf.build_index`` builds the index as a writer would. The pack is copied to a
+temp file beside the output, the three datasets and the group are added there (an index
+already present is replaced), the manifest's count, digests, size and byte digest are
+recomputed, and the file replaces the output atomically. Every other element is untouched; a
+signature does not survive (it covered the old manifest): sign the new pack again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpack.errors import UsageError
+from kbpack.pack import format as F
+from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest
+from kbpack.pack.ivf import IvfIndex, build_index, default_probe, ivf_attrs
+from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
+from kbpack.pack.read import PackReader, hdf5_errors
+from kbpack.pack.storage import create_dataset
+from kbpack.pack.write import _fsync_dir, _fsync_file, temp_path_for
+from kbpack.runtime import interrupt
+
+READ_ROWS = 65536
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    path: Path
+    chunks: int
+    lists: int
+    probe: int
+    replaced: bool  # the pack had an index, now rebuilt
+    signature_dropped: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "path": str(self.path)}
+
+
+def add_ivf(src: Path, dst: Path, lists: int | None = None) -> IndexReport:
+    """Write ``src`` with an IVF index of ``lists`` lists (None: about 2 sqrt(chunks)) to ``dst``
+    (which may be ``src``: replaced atomically)."""
+    tmp = temp_path_for(dst)
+    spool = tmp.with_name(tmp.name + ".vec")
+    try:
+        with PackReader(src) as r:  # refuses a damaged or hostile pack before anything
+            if not r.has_vectors:
+                raise UsageError(f"{src}: a BM25-only pack has no vectors to index")
+            n = int(r.counts.get("chunks", 0))
+            if n == 0:
+                raise UsageError(f"{src}: the pack has no chunks to index")
+            if lists is not None and not 1 <= lists <= n:
+                raise UsageError(f"--ivf-lists {lists}: give 1 to the pack's {n} chunks")
+            replaced = r.has_ivf
+            signed = read_header(src).signature is not None
+            dims = _spool_vectors(r, spool)
+        vectors = np.memmap(spool, dtype="<f2", mode="r", shape=(n, dims))
+        try:
+            index = build_index(vectors, lists)
+        finally:
+            del vectors
+        shutil.copyfile(src, tmp)
+        elements = _write_index(tmp, index, str(src))
+        manifest = read_header(src).manifest
+        if replaced:
+            for key in [k for k in manifest.elements if k.startswith(F.IVF)]:
+                del manifest.elements[key]
+        manifest.elements.update(elements)
+        manifest.counts["ivf_lists"] = index.lists
+        manifest.file_size, manifest.hdf5_sha256 = hash_hdf5_bytes(tmp)
+        write_header(tmp, encode_header(manifest.to_json_bytes()))  # unsigned: see the doc
+        _fsync_file(tmp)
+        interrupt.check()
+        with interrupt.uninterruptible():
+            os.replace(tmp, dst)
+            interrupt.published(dst)
+            _fsync_dir(dst.parent)
+    finally:
+        for p in (tmp, spool):
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)
+    return IndexReport(dst, n, index.lists, default_probe(index.lists), replaced, signed)
+
+
+def _spool_vectors(r: PackReader, spool: Path) -> int:
+    """Copy ``/vectors/data`` (checksum-checked reads) into ``spool``; its width."""
+    ds = r.dataset(F.VEC_DATA)
+    n, dims = int(ds.shape[0]), int(ds.shape[1])
+    digest = StreamDigest()
+    with open(spool, "wb") as f:
+        for at in range(0, n, READ_ROWS):
+            block = np.ascontiguousarray(ds[at : at + READ_ROWS], dtype="<f2")
+            digest.numeric(block)
+            f.write(block.tobytes())
+    if digest.hexdigest() != r.manifest.elements.get(F.VEC_DATA):
+        raise UsageError(f"{r.where}: {F.VEC_DATA} differs from the manifest's digest; verify it")
+    return dims
+
+
+def _write_index(path: Path, index: IvfIndex, where: str) -> dict[str, str]:
+    """Add ``/ivf`` to the HDF5 file ``path`` (replacing one there); the digests it adds."""
+    import h5py
+
+    out: dict[str, str] = {}
+    with hdf5_errors(where), h5py.File(path, "r+", libver=("v110", "v110"), locking=False) as h:
+        if F.IVF in h:
+            del h[F.IVF]
+        group = h.create_group(F.IVF)
+        el = F.ELEMENT_BY_PATH[F.IVF]
+        attrs: dict[str, Any] = {F.A_KIND: el.kind, F.A_VERSION: 1, F.A_DESCRIPTION: el.description}
+        attrs.update(ivf_attrs(index))
+        for k, v in attrs.items():
+            group.attrs[k] = v
+        out[F.IVF + "@attrs"] = attrs_digest(attrs)
+        for p, data in zip(
+            F.IVF_DATASETS, (index.centroids, index.list_offsets, index.list_chunks), strict=True
+        ):
+            ds = create_dataset(h, p, data=data)
+            e = F.ELEMENT_BY_PATH[p]
+            ds_attrs = {F.A_KIND: e.kind, F.A_VERSION: 1, F.A_DESCRIPTION: e.description}
+            for k, v in ds_attrs.items():
+                ds.attrs[k] = v
+            out[p] = numeric_digest(data)
+            out[p + "@attrs"] = attrs_digest(ds_attrs)
+        h.flush()
+    return out

@@ -1,0 +1,255 @@
+"""The approximate (IVF) index, spec/FORMAT.md §3.13: exact when every list is probed, written
+by build/merge/split/migrate/index, checked by verify (a tampered index fails in one line)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from independent_reader import ivf_check
+from scale_corpus import PART_A, PART_B, build_pack, write_folder
+
+import kbpack
+from kbpack.cli.main import cli
+from kbpack.ops.merge import merge_packs
+from kbpack.ops.migrate import migrate_pack
+from kbpack.ops.split import split_pack
+from kbpack.pack import format as F
+from kbpack.pack.ivf import build_index, check_index, default_lists
+from kbpack.pack.read import DamagedDataError, PackReader
+from kbpack.search.dense import rounded_chunk_scores
+from kbpack.search.ivf import top_k
+from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
+from kbpack.verify.pipeline import verify_pack
+
+QUESTIONS = ["how do I rotate the logs?", "access denied error", "backup count", "installazione"]
+
+
+def clustered(n: int, dims: int, seed: int = 0) -> np.ndarray:
+    """Unit float16 vectors around 12 centres: what an index can work with."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(12, dims))
+    v = centres[rng.integers(0, 12, n)] + 0.6 * rng.normal(size=(n, dims))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float16)
+
+
+def test_probing_every_list_returns_the_exact_top_k() -> None:
+    vectors = clustered(3000, 32)
+    index = build_index(vectors, 16)
+    centroids = index.centroids
+    queries = clustered(20, 32, seed=1).astype(np.float32)
+    recalls = []
+    for q in queries:
+        exact = rounded_chunk_scores(vectors, q, None)
+        want = exact.top(10)
+        ids, cos = top_k(vectors, index, centroids, q, 10, probe_lists=16)
+        assert ids.tolist() == want.tolist()
+        assert cos.tolist() == exact.cos[want].tolist()  # the exact path's scores, bit for bit
+        few, _ = top_k(vectors, index, centroids, q, 10, probe_lists=2)
+        recalls.append(len(set(few.tolist()) & set(want.tolist())) / 10)
+    assert np.mean(recalls) < 1.0  # two lists of 16 really read less (and miss some)
+
+
+def test_the_index_partitions_the_chunks_by_nearest_centroid_deterministically() -> None:
+    vectors = clustered(2000, 16)
+    a, b = build_index(vectors, 20), build_index(vectors, 20)
+    for x, y in ((a.centroids, b.centroids), (a.list_offsets, b.list_offsets)):
+        assert np.array_equal(x, y)
+    assert np.array_equal(a.list_chunks, b.list_chunks)
+    assert check_index(a.centroids, a.list_offsets, a.list_chunks, 2000, 16) is None
+    lists = np.repeat(np.arange(20), np.diff(a.list_offsets))
+    nearest = np.argmax(vectors.astype(np.float32) @ a.centroids.astype(np.float32).T, axis=1)
+    assert np.array_equal(lists, nearest[a.list_chunks])
+    assert default_lists(1_000_000) == 2000
+
+
+def test_check_index_names_each_fault_in_one_line() -> None:
+    index = build_index(clustered(500, 8), 5)
+    c, o, ch = index.centroids, index.list_offsets, index.list_chunks.copy()
+    twice = ch.copy()
+    twice[1] = twice[0]
+    assert "is in more than one list" in str(check_index(c, o, twice, 500, 8))
+    assert "rows of (8,) numbers" in str(check_index(c, o, ch, 500, 9))
+    bad = o.copy()
+    bad[2], bad[3] = bad[3], bad[2]
+    if bad[2] != bad[3]:
+        assert "must not decrease" in str(check_index(c, bad, ch, 500, 8))
+    nan = c.copy()
+    nan[3, 0] = np.nan
+    assert "centroid 3 is not finite" in str(check_index(nan, o, ch, 500, 8))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny_gguf import build_tiny_gguf
+
+    return build_tiny_gguf(tmp_path_factory.mktemp("ivf") / "ivf.gguf", name="ivf", window=256)
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ivf-packs")
+    return {
+        "a": build_pack(
+            write_folder(root / "a", PART_A), root / "a.kbpack", model, ivf=True, ivf_lists=4
+        ),
+        "b": build_pack(write_folder(root / "b", PART_B), root / "b.kbpack", model),
+        "a_src": root / "a",
+    }
+
+
+def _ids(p: kbpack.Pack, q: str, **kw: object) -> list[tuple[int, float]]:
+    return [(r.chunk, r.score) for r in p.search(q, k=5, **kw).results]  # type: ignore[arg-type]
+
+
+def test_a_pack_with_the_index_verifies_and_searches_exactly_when_every_list_is_probed(
+    packs: dict[str, Path], model: Path
+) -> None:
+    pack = packs["a"]
+    assert verify_pack(pack).intact
+    with PackReader(pack) as r:
+        assert r.counts["ivf_lists"] == 4
+        assert r.attrs(F.IVF)["probe"] == 4
+    assert not PackReader(packs["b"]).has_ivf  # small packs: no index unless asked for
+    assert ivf_check(str(pack)) == 4  # the spec's rules, read with h5py and numpy alone
+    with kbpack.open(pack, model=model) as p:
+        for q in QUESTIONS:
+            for mode in ("dense", "hybrid"):
+                assert _ids(p, q, mode=mode, probe=4) == _ids(p, q, mode=mode, exact=True), q
+        one = p.searcher
+        one.use_ivf(False, 1)
+        scored = one.corpus.dense_scores(one.query_vector(QUESTIONS[0])).scored
+        assert scored is not None and 0 < scored.sum() < scored.size  # one list of four
+        q = one.query_vector(QUESTIONS[0])
+        assert np.flatnonzero(scored).tolist() == ivf_check(str(pack), 1, q)  # as the spec says
+        for mode in ("dense", "hybrid"):  # chunks of other lists are no dense candidates
+            for r in p.search(QUESTIONS[0], k=5, mode=mode, probe=1).results:
+                assert r.distance is not None and np.isfinite(r.distance)
+
+
+def test_query_cli_takes_exact_and_probe(packs: dict[str, Path], model: Path) -> None:
+    runner = CliRunner()
+    base = ["query", str(packs["a"]), "rotate logs", "--model", str(model), "--json"]
+    exact = runner.invoke(cli, [*base, "--exact"])
+    probed = runner.invoke(cli, [*base, "--probe", "4"])
+    assert exact.exit_code in (0, 3) and probed.exit_code == exact.exit_code, exact.output
+    assert json.loads(probed.stdout)["results"] == json.loads(exact.stdout)["results"]
+    bad = runner.invoke(cli, [*base, "--probe", "0"])
+    assert bad.exit_code == 2
+
+
+def _tampered(src: Path, out: Path, edit: str) -> Path:
+    shutil.copyfile(src, out)
+    with h5py.File(out, "r+") as h:
+        ds = h[F.IVF_LIST_CHUNKS]
+        col = ds[()]
+        if edit == "twice":
+            col[1] = col[0]
+        else:  # a chunk missing: its row names a chunk that is not a row
+            col[0] = col.size
+        ds[...] = col
+        digests = element_digests(h)
+    restamp(out, "elements", digests)  # the digests agree: only the invariant can tell
+    return out
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"), [("twice", "more than one list"), ("missing", "not a chunk row")]
+)
+def test_a_tampered_index_fails_verify_in_one_line(
+    packs: dict[str, Path], tmp_path: Path, model: Path, edit: str, says: str
+) -> None:
+    bad = _tampered(packs["a"], tmp_path / "bad.kbpack", edit)
+    report = verify_pack(bad)
+    assert not report.intact
+    found = [f for f in report.as_dict()["findings"] if f["code"] == "ivf"]
+    assert len(found) == 1 and says in found[0]["detail"], report.as_dict()["findings"]
+    assert found[0]["path"] == F.IVF_LIST_CHUNKS and "\n" not in found[0]["detail"]
+    with (
+        kbpack.open(bad, model=model) as p,
+        pytest.raises(DamagedDataError, match="/ivf"),
+    ):
+        p.search("rotate logs", mode="dense")
+    with kbpack.open(bad, model=model) as p:  # exact search never reads the index
+        assert p.search("rotate logs", mode="dense", exact=True).results
+
+
+def test_an_index_whose_bytes_changed_fails_its_digest(packs: dict[str, Path], tmp_path: Path):
+    out = tmp_path / "flipped.kbpack"
+    shutil.copyfile(packs["a"], out)
+    with h5py.File(out, "r+") as h:
+        col = h[F.IVF_LIST_OFFSETS][()]
+        col[1] += 1
+        h[F.IVF_LIST_OFFSETS][...] = col
+    restamp(out, "bytes")
+    findings = verify_pack(out).as_dict()["findings"]
+    assert any(f["code"] == "digest-mismatch" and f["path"] == F.IVF_LIST_OFFSETS for f in findings)
+
+
+def test_merge_split_and_migrate_keep_the_index(packs: dict[str, Path], tmp_path: Path) -> None:
+    merged = tmp_path / "merged.kbpack"
+    report = merge_packs([packs["a"], packs["b"]], merged)
+    assert any("IVF index rebuilt" in n for n in report.notes)
+    assert verify_pack(merged).intact
+    with PackReader(merged) as r:
+        index = r.ivf_index()
+        assert index is not None and index.list_chunks.size == r.counts["chunks"]
+
+    size = merged.stat().st_size
+    members = split_pack(merged, tmp_path / "part.kbpack", size - 1).members
+    assert len(members) >= 2
+    for m in members:
+        path = Path(m["path"])
+        assert verify_pack(path).intact
+        with PackReader(path) as r:
+            # each member indexes its own vectors (a member of no chunk has none to index)
+            assert r.has_ivf == (r.counts["chunks"] > 0)
+            assert (r.ivf_index() is not None) == r.has_ivf
+
+    migrated = tmp_path / "migrated.kbpack"
+    migrate_pack(packs["a"], migrated)
+    assert verify_pack(migrated).intact
+    with PackReader(packs["a"]) as old, PackReader(migrated) as new:
+        a, b = old.ivf_index(), new.ivf_index()
+        assert a is not None and b is not None
+        for x, y in ((a.centroids, b.centroids), (a.list_chunks, b.list_chunks)):
+            assert np.array_equal(x, y)  # the same vectors: the same index
+
+
+def test_kbpack_index_adds_the_index_without_re_embedding(
+    packs: dict[str, Path], tmp_path: Path, model: Path
+) -> None:
+    src = packs["b"]  # built without an index
+    out = tmp_path / "indexed.kbpack"
+    result = CliRunner().invoke(cli, ["index", str(src), "--ivf-lists", "3", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "IVF index added: 3 lists" in result.output
+    assert verify_pack(out).intact
+    with PackReader(src) as old, PackReader(out) as new:
+        assert new.counts["ivf_lists"] == 3 and not old.has_ivf
+        for path in (F.VEC_DATA, F.CHUNK_FROM, F.BM25_CHUNK):  # nothing else changed
+            assert np.array_equal(old.column(path), new.column(path))
+    with kbpack.open(out, model=model) as p:
+        assert _ids(p, "logs", mode="dense", probe=3) == _ids(p, "logs", mode="dense", exact=True)
+    again = CliRunner().invoke(cli, ["index", str(out), "--ivf", "--json"])  # in place: rebuilt
+    assert again.exit_code == 0 and json.loads(again.stdout)["replaced"] is True
+    assert verify_pack(out).intact
+    none = CliRunner().invoke(cli, ["index", str(src)])
+    assert none.exit_code == 2 and "--ivf" in none.output
+
+
+def test_update_keeps_the_index(packs: dict[str, Path], tmp_path: Path, model: Path) -> None:
+    from kbpack.ops.build import BuildOptions
+    from kbpack.ops.update import update_pack
+
+    out = tmp_path / "updated.kbpack"
+    opts = BuildOptions(sources=[packs["a_src"]], out=out, model=model, threads=1, pieces=None)
+    update_pack(packs["a"], opts)
+    assert verify_pack(out).intact
+    with PackReader(out) as r:
+        assert r.has_ivf and r.ivf_index() is not None
