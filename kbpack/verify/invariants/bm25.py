@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,6 +38,15 @@ class Bm25Invariants(ExamState):
                     "bm25-tokenizer",
                     F.BM25,
                     f"tokenizer {a.get(F.BM25_TOKENIZER)!r} is not {F.TOKENIZER_ID}; "
+                    "this kbpack cannot check the postings",
+                )
+                return
+            fields = a.get(F.BM25_FIELDS)
+            if fields is not None and fields != F.HEADER_CONTENT:
+                self.add(
+                    "bm25-tokenizer",
+                    F.BM25,
+                    f"fields {fields!r} is not {F.HEADER_CONTENT!r}; "
                     "this kbpack cannot check the postings",
                 )
                 return
@@ -195,11 +205,16 @@ class Bm25Invariants(ExamState):
         tf: np.ndarray,
         doc_len: np.ndarray,
     ) -> None:
-        """Postings of (a sample of) chunks equal the tokenizer's counts of their content."""
+        """Postings of (a sample of) chunks equal the tokenizer's counts of their content, and
+        of their header first when ``/bm25`` says ``fields = "header+content"`` (spec 3.7)."""
         from kbpack.text.analyze import analyzer
 
-        name = (self.attrs.get(F.BM25) or {}).get(F.BM25_ANALYZER)
+        a = self.attrs.get(F.BM25) or {}
+        name = a.get(F.BM25_ANALYZER)
         terms_of = analyzer(None if name is None else str(name)).terms
+        header_of = self._headers() if a.get(F.BM25_FIELDS) == F.HEADER_CONTENT else None
+        if header_of is False:
+            return  # a section or title column is missing or refused: already a finding
 
         cols = self._same_length(F.CHUNKS, [F.CHUNK_DOCUMENT, F.CHUNK_FROM, F.CHUNK_TO])
         if terms is None or cols is None:
@@ -230,6 +245,8 @@ class Bm25Invariants(ExamState):
             if text is None:
                 continue
             tokens = terms_of(text[int(start[c]) : int(end[c])])
+            if header_of:
+                tokens = terms_of(header_of(c, int(doc[c]))) + tokens
             stored = {
                 terms[t].decode("utf-8"): f
                 for t, f in zip(term_of[lo:hi].tolist(), tf_of[lo:hi].tolist(), strict=True)
@@ -251,6 +268,34 @@ class Bm25Invariants(ExamState):
                 F.BM25_CHUNK,
                 "postings differ from the re-tokenised chunk content: " + "; ".join(bad) + more,
             )
+
+    def _headers(self) -> Callable[[int, int], str] | Literal[False]:
+        """Chunk row, document row -> the chunk's header (spec 3.4), from the stored titles,
+        parents and levels; False when a column it needs is missing or refused."""
+        from kbpack.index.chunk import header
+
+        section = self._col(F.CHUNK_SECTION)
+        cols = self._same_length(F.SECTIONS, [F.SEC_PARENT, F.SEC_LEVEL])
+        titles, doc_titles = self._strs(F.SEC_TITLE), self._strs(F.DOC_TITLE)
+        if section is None or cols is None or titles is None or doc_titles is None:
+            return False
+        parent, level = (c.tolist() for c in cols)
+        n = len(titles)
+        if len(parent) != n:
+            return False
+
+        def header_of(chunk: int, doc: int) -> str:
+            path: list[str] = []
+            s = int(section[chunk]) if chunk < len(section) else -1
+            for _ in range(n):  # bounded: a malformed parent chain cannot loop
+                if not 0 <= s < n or level[s] == 0:
+                    break
+                path.append(titles[s])
+                s = parent[s]
+            title = doc_titles[doc] if 0 <= doc < len(doc_titles) else ""
+            return header(title, path[::-1])
+
+        return header_of
 
 
 def _num(x: Any) -> bool:
