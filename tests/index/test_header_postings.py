@@ -18,6 +18,7 @@ import pytest
 import kbpack
 from kbpack.index.postings import PostingsBuilder
 from kbpack.ops.build import BuildOptions, build
+from kbpack.ops.inspect import describe
 from kbpack.ops.merge import merge_packs
 from kbpack.ops.migrate import migrate_pack
 from kbpack.ops.split import split_pack
@@ -87,9 +88,11 @@ def test_a_page_is_found_by_its_title_alone(built: Path) -> None:
             assert resp.results[0].doc == page, (title, [r.doc for r in resp.results])
 
 
-def test_postings_count_the_header_then_the_content(built: Path) -> None:
+def test_postings_count_the_header_then_the_content(built: Path, tmp_path: Path) -> None:
     with h5py.File(built, "r") as h:
         assert h["/bm25"].attrs[F.BM25_FIELDS] == F.HEADER_CONTENT
+    assert describe(built)["bm25"]["fields"] == F.HEADER_CONTENT
+    assert describe(make_pack(tmp_path / "old.kbpack"))["bm25"]["fields"] == "content"
     with PackReader(built) as r:
         n = r.counts["chunks"]
         blob, off = r.column(F.BM25_TERMS_BLOB), r.column(F.BM25_TERMS_OFFSETS)
@@ -163,9 +166,28 @@ def test_verify_checks_postings_against_what_fields_says(built: Path, tmp_path: 
     def drop_fields(h: h5py.File) -> None:
         del h["/bm25"].attrs[F.BM25_FIELDS]
 
-    # the postings hold header terms that the content alone does not explain
+    # the postings hold header terms that the content alone does not explain: the attribute
+    # is named, since the header explains every difference
     (tmp_path / "a").mkdir()
     found = codes(with_fixed_digests(built, tmp_path / "a", drop_fields), deep=True)
+    assert ("bm25-fields", F.BM25) in found
+    assert ("bm25-content-mismatch", F.BM25_CHUNK) not in found
+
+    def add_fields(h: h5py.File) -> None:
+        h["/bm25"].attrs[F.BM25_FIELDS] = F.HEADER_CONTENT
+
+    (tmp_path / "c").mkdir()
+    old = make_pack(tmp_path / "c" / "old.kbpack", dense=False)  # content only
+    found = codes(with_fixed_digests(old, tmp_path / "c", add_fields), deep=True)
+    assert ("bm25-fields", F.BM25) in found
+
+    def one_more(h: h5py.File) -> None:  # damage the header-indexed postings themselves
+        c = int(h[F.BM25_CHUNK][0])
+        h[F.BM25_TF][0] = h[F.BM25_TF][0] + 1
+        h[F.BM25_DOC_LEN][c] = h[F.BM25_DOC_LEN][c] + 1
+
+    (tmp_path / "d").mkdir()
+    found = codes(with_fixed_digests(built, tmp_path / "d", one_more), deep=True)
     assert ("bm25-content-mismatch", F.BM25_CHUNK) in found
 
     def unknown(h: h5py.File) -> None:
