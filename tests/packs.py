@@ -88,7 +88,7 @@ def write_pack(
             "normalize": "l2",
             "llama_cpp_version": "test",
         }
-    postings = PostingsBuilder()
+    postings = PostingsBuilder(headers=True)  # as kbpack writes them: header and content
     with PackWriter(out, model=model, dims=dims, copies=copies) as w:
         for doc in docs:
             chunks = (
@@ -103,7 +103,7 @@ def write_pack(
             first = w.n_chunks
             w.add_document(doc, chunks, vectors)
             for i, c in enumerate(chunks):
-                postings.add(first + i, doc.text[c.start : c.end])
+                postings.add_chunk(first + i, doc, c)
         w.set_postings(postings.finish(w.n_chunks))
         return w.commit()
 

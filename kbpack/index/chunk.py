@@ -110,6 +110,11 @@ def header(doc_title: str, path: Sequence[str]) -> str:
     return text
 
 
+def chunk_header(doc: Document, chunk: Chunk) -> str:
+    """The header of ``chunk`` of ``doc``: ``header(doc.title, section_path(doc, chunk.section))``."""
+    return header(doc.title, section_path(doc, chunk.section))
+
+
 def embedded_text(header: str, content: str) -> str:
     """The text that is embedded: ``header + "\\n\\n" + content`` (just ``content`` when the
     header is empty). Stored text alone is enough to rebuild it."""

@@ -2,6 +2,12 @@
 
 Postings are stored with raw term frequencies and per-chunk lengths, never baked scores,
 so chunks can be added or removed later and k1/b changed without re-indexing.
+
+Every pack kbpack writes indexes each chunk's header (document title and section path, the
+text the model embeds before the content) with its content (``headers=True``, spec/FORMAT.md
+3.7): a page asked for by its title is found by BM25 too, not only through a chunk that holds
+the heading alone. The header's terms count like the content's, once per occurrence, in tf and
+in the chunk's length.
 """
 
 from __future__ import annotations
@@ -12,7 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kbpack.index.chunk import Chunk, chunk_header
+from kbpack.pack import format as F
 from kbpack.text.analyze import analyzer
+from kbpack.text.document import Document
 
 
 @dataclass
@@ -24,8 +33,9 @@ class Postings:
     indptr: np.ndarray  # int64, len(terms) + 1
     chunk: np.ndarray  # int32
     tf: np.ndarray  # int32
-    doc_len: np.ndarray  # int32, one per chunk, len(tokenize(content))
+    doc_len: np.ndarray  # int32, one per chunk: its terms (header's + content's, or content's)
     analyzer: str | None = None  # recorded as /bm25 attribute "analyzer"; None: plain
+    fields: str | None = None  # recorded as /bm25 attribute "fields"; None: content only
 
 
 class PostingsBuilder:
@@ -35,8 +45,11 @@ class PostingsBuilder:
     typed arrays (12 bytes per posting); ``finish`` sorts them into CSC order once.
     """
 
-    def __init__(self, analyzer_name: str | None = None) -> None:
+    def __init__(self, analyzer_name: str | None = None, *, headers: bool = False) -> None:
+        """``headers``: every chunk is indexed with its header (``add_chunk`` or ``add`` with
+        ``header``), and the postings say so; without it, content only (packs of 0.2.x)."""
         self._analyzer = analyzer(analyzer_name)
+        self._headers = headers
         self._vocab: dict[str, int] = {}
         self._term = array("i")
         self._chunk = array("i")
@@ -44,9 +57,20 @@ class PostingsBuilder:
         self._doc_len = array("i")
         self._finished = False
 
-    def add(self, chunk_id: int, text: str) -> None:
-        """Index one chunk's content. Chunk ids must ascend (0, 1, 2, ...); a skipped id is an
-        empty chunk."""
+    def add_chunk(self, chunk_id: int, doc: Document, chunk: Chunk) -> None:
+        """Index ``chunk`` of ``doc``: its header and its content (``headers=True`` builders)."""
+        self.add(chunk_id, doc.text[chunk.start : chunk.end], chunk_header(doc, chunk))
+
+    def add(self, chunk_id: int, text: str, header: str | None = None) -> None:
+        """Index one chunk: the terms of ``header`` (given exactly when the builder indexes
+        headers; "" for a chunk without one), then those of its content ``text``. Chunk ids
+        must ascend (0, 1, 2, ...); a skipped id is an empty chunk."""
+        if (header is not None) != self._headers:
+            raise ValueError(
+                "PostingsBuilder(headers=True) indexes every chunk's header: pass one"
+                if self._headers
+                else "this PostingsBuilder indexes content only: no header"
+            )
         if self._finished:
             raise ValueError("PostingsBuilder.add after finish")
         if chunk_id < len(self._doc_len):
@@ -55,6 +79,8 @@ class PostingsBuilder:
             )
         self._doc_len.extend([0] * (chunk_id - len(self._doc_len)))
         tokens = self._analyzer.terms(text)
+        if header:
+            tokens = self._analyzer.terms(header) + tokens
         self._doc_len.append(len(tokens))
         vocab = self._vocab
         counts = Counter(tokens)
@@ -100,4 +126,5 @@ class PostingsBuilder:
             tf=tf,
             doc_len=doc_len,
             analyzer=self._analyzer.name,
+            fields=F.HEADER_CONTENT if self._headers else None,
         )

@@ -239,7 +239,7 @@ def build_from(
     specials = count("") if count else 0
     header_cost: dict[str, int] = {}
 
-    postings = PostingsBuilder(opts.analyzer)
+    postings = PostingsBuilder(opts.analyzer, headers=True)
     failed: list[dict[str, str]] = []
     skipped: list[dict[str, str]] = []
     warnings: list[dict[str, str]] = []
@@ -305,7 +305,7 @@ def build_from(
                     first = writer.n_chunks
                     writer.add_document(p.doc, p.chunks, p.given, p.pieces, piece_vectors)
                     for i, c in enumerate(p.chunks):
-                        postings.add(first + i, p.doc.text[c.start : c.end])
+                        postings.add_chunk(first + i, p.doc, c)
                 pending.clear()
                 t = timer.add("index", t)
 

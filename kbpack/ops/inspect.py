@@ -62,6 +62,8 @@ def describe_reader(r: Any, path: Path) -> dict[str, Any]:
             "b": r.bm25_params[1],
             # raw, so that a pack with an analyzer this kbpack lacks can still be inspected
             "analyzer": str(r.attrs(F.BM25).get(F.BM25_ANALYZER, "plain")),
+            # what each chunk's postings count (spec 3.7): "content" for packs of 0.2.x
+            "fields": str(r.attrs(F.BM25).get(F.BM25_FIELDS, "content")),
         },
         "element_bytes": sizes,
         "failed": [

@@ -171,7 +171,7 @@ def merge_packs(
         first = readers[0]
         dims = int(first.model[F.M_DIMS]) if first.model is not None else None
         records = [source_record(r) for r in readers]
-        postings = PostingsBuilder(first.bm25_analyzer)
+        postings = PostingsBuilder(first.bm25_analyzer, headers=True)
         with PackWriter(
             out,
             model=first.model,
@@ -219,7 +219,7 @@ def copy_document(
     pieces, piece_vectors = stored_pieces(contents, row) if writer.pieces else ([], None)
     writer.add_document(doc, chunks, contents.vectors(row), pieces, piece_vectors)
     for k, ch in enumerate(chunks):
-        postings.add(first + k, doc.text[ch.start : ch.end])
+        postings.add_chunk(first + k, doc, ch)
     contents.r.forget_text(row)
 
 

@@ -537,7 +537,8 @@ def _copy(
     stamp = reader.model
     dims = int(stamp[F.M_DIMS]) if stamp else None
     gguf = None
-    postings = PostingsBuilder(reader.bm25_analyzer)  # migrate keeps the pack's analyzer
+    # migrate keeps the pack's analyzer; the header is indexed even where the old pack did not
+    postings = PostingsBuilder(reader.bm25_analyzer, headers=True)
     search = reader.search_defaults
     with contextlib.ExitStack() as stack:
         if reader.has_embedded_model:
@@ -570,7 +571,7 @@ def _copy(
                     piece_vectors if reader.has_pieces else None,
                 )
                 for k, ch in enumerate(chunks):
-                    postings.add(first + k, doc.text[ch.start : ch.end])
+                    postings.add_chunk(first + k, doc, ch)
             writer.set_postings(postings.finish(writer.n_chunks))
             writer.set_search_defaults(search["max_distance"], search.get("calibration"))
             result = writer.commit()

@@ -209,7 +209,7 @@ def _write_member(
     index: int,
 ) -> int:
     model = r.model
-    postings = PostingsBuilder(r.bm25_analyzer)
+    postings = PostingsBuilder(r.bm25_analyzer, headers=True)
     with PackWriter(
         path,
         model=model,

@@ -165,6 +165,11 @@ BM25_B = "b"
 BM25_TOKENIZER = "tokenizer"
 TOKENIZER_ID = "kbpack-words-1"
 BM25_ANALYZER = "analyzer"  # absent: tokenize() alone (kbpack.search.bm25.Analyzer)
+# What each chunk's postings count (spec/FORMAT.md 3.7): absent = its content only (packs
+# written before issue 32's header work); HEADER_CONTENT = its header's terms, then its
+# content's, i.e. the terms of the text the model embeds less the separator.
+BM25_FIELDS = "fields"
+HEADER_CONTENT = "header+content"
 
 CHUNK_HEADER_RULE = "embedded_text_rule"
 CHUNKING = "chunking"  # JSON: {"window": int|null, "max_chars": int|null, "overlap": int}

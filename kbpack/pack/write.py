@@ -578,6 +578,9 @@ class PackWriter:
                     name = getattr(self._postings, "analyzer", None)
                     if name:  # absent = plain, so plain packs stay byte-identical
                         attrs[F.BM25_ANALYZER] = name
+                    fields = getattr(self._postings, "fields", None)
+                    if fields:  # absent = content only (spec 3.7)
+                        attrs[F.BM25_FIELDS] = fields
                 elif el.path == F.CHUNKS:
                     attrs[F.CHUNK_HEADER_RULE] = F.EMBEDDED_TEXT_RULE
                     if self.chunking is not None:

@@ -145,6 +145,7 @@ CODES: dict[str, str] = {
     "bm25-doc-len": "document lengths differ from the postings' term counts",
     "bm25-dense": "the common terms' dense tf rows differ from the postings or the rule",
     "bm25-content-mismatch": "postings differ from the re-tokenised chunk content",
+    "bm25-fields": "postings that count the chunks' headers (or not) as /bm25 fields does not say",
     "check-failed": "an invariant check could not run on this data",
     "set-invalid": "a pack set member whose manifest 'set' is malformed",
     "set-misnamed": "a pack set member not named STEM-NNN after its index",

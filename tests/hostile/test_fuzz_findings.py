@@ -308,7 +308,10 @@ def test_postings_pointing_past_the_chunks_are_one_line(tmp_path: Path) -> None:
 
     pack = Path(shutil.copy(GOLDEN, tmp_path / "p.kbpack"))
     rewrite(pack, F.BM25_CHUNK, past_the_end)
-    r = kbpack("query", str(pack), "--mode", "bm25", "--", "pypdf merge pages", cache=tmp_path)
+    # "encryption": a term read from its postings (the golden pack holds pypdf and pages, its
+    # title and heading words, as dense rows, spec 3.7.1)
+    query = "pypdf merge pages encryption"
+    r = kbpack("query", str(pack), "--mode", "bm25", "--", query, cache=tmp_path)
     assert r.returncode == 1, r.stderr
     assert r.stderr.count("\n") == 1
     assert f"{F.BM25_CHUNK} is damaged (a posting points at chunk row 1000000" in r.stderr
@@ -771,6 +774,7 @@ def test_a_term_frequency_below_one_is_one_line(tmp_path: Path, mode: str) -> No
         values[:] = -1  # every posting: whichever terms the query reads
 
     rewrite(pack, F.BM25_TF, poke)
-    r = kbpack("query", str(pack), "--mode", mode, "--", "pypdf merge pages", cache=tmp_path)
+    query = "pypdf merge pages encryption"  # encryption: read from its postings, not a dense row
+    r = kbpack("query", str(pack), "--mode", mode, "--", query, cache=tmp_path)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert f"{F.BM25_TF} is damaged (a posting's term frequency is -1, below 1)" in r.stderr

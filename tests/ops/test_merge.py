@@ -179,7 +179,7 @@ def write_with_pieces(out: Path, docs: dict[str, str]) -> Path:
         "normalize": "l2",
         "llama_cpp_version": "test",
     }
-    postings = PostingsBuilder()
+    postings = PostingsBuilder(headers=True)
     with PackWriter(out, model=stamp, dims=8, pieces=True) as w:
         for name in sorted(docs):
             doc = markdown_doc(name, docs[name])
@@ -194,7 +194,7 @@ def write_with_pieces(out: Path, docs: dict[str, str]) -> Path:
                 np.array([vec(doc.text[p.start : p.end]) for p in cut]).reshape(-1, 8),
             )
             for k, c in enumerate(chunks):
-                postings.add(first + k, doc.text[c.start : c.end])
+                postings.add_chunk(first + k, doc, c)
         w.set_postings(postings.finish(w.n_chunks))
         w.commit()
     return out

@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,6 +38,15 @@ class Bm25Invariants(ExamState):
                     "bm25-tokenizer",
                     F.BM25,
                     f"tokenizer {a.get(F.BM25_TOKENIZER)!r} is not {F.TOKENIZER_ID}; "
+                    "this kbpack cannot check the postings",
+                )
+                return
+            fields = a.get(F.BM25_FIELDS)
+            if fields is not None and fields != F.HEADER_CONTENT:
+                self.add(
+                    "bm25-tokenizer",
+                    F.BM25,
+                    f"fields {fields!r} is not {F.HEADER_CONTENT!r}; "
                     "this kbpack cannot check the postings",
                 )
                 return
@@ -195,11 +205,21 @@ class Bm25Invariants(ExamState):
         tf: np.ndarray,
         doc_len: np.ndarray,
     ) -> None:
-        """Postings of (a sample of) chunks equal the tokenizer's counts of their content."""
+        """Postings of (a sample of) chunks equal the tokenizer's counts of their content, and
+        of their header first when ``/bm25`` says ``fields = "header+content"`` (spec 3.7)."""
         from kbpack.text.analyze import analyzer
 
-        name = (self.attrs.get(F.BM25) or {}).get(F.BM25_ANALYZER)
+        a = self.attrs.get(F.BM25) or {}
+        name = a.get(F.BM25_ANALYZER)
         terms_of = analyzer(None if name is None else str(name)).terms
+        with_headers = a.get(F.BM25_FIELDS) == F.HEADER_CONTENT
+        # read the section columns only when needed: a content-only pack's mismatch alone
+        headers: Callable[[int, int], str] | None = None
+        if with_headers:
+            found = self._headers()
+            if found is False:
+                return  # a section or title column is missing or refused: already a finding
+            headers = found
 
         cols = self._same_length(F.CHUNKS, [F.CHUNK_DOCUMENT, F.CHUNK_FROM, F.CHUNK_TO])
         if terms is None or cols is None:
@@ -225,11 +245,16 @@ class Bm25Invariants(ExamState):
         last = np.searchsorted(sel_chunk, sample, side="right")
         bad: list[str] = []
         n_bad = 0
+        # mismatches that the other reading of `fields` explains: the attribute is wrong
+        n_other = 0
         for c, lo, hi in zip(sample.tolist(), first.tolist(), last.tolist(), strict=True):
             text = self._text(int(doc[c]))
             if text is None:
                 continue
-            tokens = terms_of(text[int(start[c]) : int(end[c])])
+            content = terms_of(text[int(start[c]) : int(end[c])])
+            tokens = content
+            if headers is not None and with_headers:
+                tokens = terms_of(headers(c, int(doc[c]))) + content
             stored = {
                 terms[t].decode("utf-8"): f
                 for t, f in zip(term_of[lo:hi].tolist(), tf_of[lo:hi].tolist(), strict=True)
@@ -237,6 +262,13 @@ class Bm25Invariants(ExamState):
             counted = dict(Counter(tokens))
             if len(tokens) != doc_len[c] or stored != counted:
                 n_bad += 1
+                if headers is None:
+                    found = self._headers()
+                    headers = found if found is not False else (lambda _c, _d: "")
+                other = content if with_headers else terms_of(headers(c, int(doc[c]))) + content
+                n_other += (
+                    other != tokens and len(other) == doc_len[c] and stored == dict(Counter(other))
+                )
                 if len(bad) < MAX_ROWS_SHOWN:
                     diff = sorted(set(stored.items()) ^ set(counted.items()))[:1]
                     bad.append(
@@ -244,13 +276,54 @@ class Bm25Invariants(ExamState):
                         + (f", term {diff[0][0]!r}" if diff else "")
                     )
         self.stats["bm25_retokenised"] = len(sample)
-        if n_bad:
+        if n_bad and n_other == n_bad:
+            self.add(
+                "bm25-fields",
+                F.BM25,
+                (
+                    "fields says the postings count each chunk's header, but they count its "
+                    "content only"
+                    if with_headers
+                    else f"the postings count each chunk's header, but fields "
+                    f"{F.HEADER_CONTENT!r} is missing"
+                )
+                + f" ({n_bad} chunks; spec 3.7)",
+            )
+        elif n_bad:
             more = f" (and {n_bad - len(bad)} more)" if n_bad > len(bad) else ""
             self.add(
                 "bm25-content-mismatch",
                 F.BM25_CHUNK,
                 "postings differ from the re-tokenised chunk content: " + "; ".join(bad) + more,
             )
+
+    def _headers(self) -> Callable[[int, int], str] | Literal[False]:
+        """Chunk row, document row -> the chunk's header (spec 3.4), from the stored titles,
+        parents and levels; False when a column it needs is missing or refused."""
+        from kbpack.index.chunk import header
+
+        section = self._col(F.CHUNK_SECTION)
+        cols = self._same_length(F.SECTIONS, [F.SEC_PARENT, F.SEC_LEVEL])
+        titles, doc_titles = self._strs(F.SEC_TITLE), self._strs(F.DOC_TITLE)
+        if section is None or cols is None or titles is None or doc_titles is None:
+            return False
+        parent, level = (c.tolist() for c in cols)
+        n = len(titles)
+        if len(parent) != n:
+            return False
+
+        def header_of(chunk: int, doc: int) -> str:
+            path: list[str] = []
+            s = int(section[chunk]) if chunk < len(section) else -1
+            for _ in range(n):  # bounded: a malformed parent chain cannot loop
+                if not 0 <= s < n or level[s] == 0:
+                    break
+                path.append(titles[s])
+                s = parent[s]
+            title = doc_titles[doc] if 0 <= doc < len(doc_titles) else ""
+            return header(title, path[::-1])
+
+        return header_of
 
 
 def _num(x: Any) -> bool:
