@@ -78,8 +78,17 @@ def finish(s: Searcher, req: SearchRequest, q: Query) -> SearchResponse:
         dist = {c: float(distances[c]) for c, _ in ordered}
 
     def holds_any(c: int) -> bool:
-        """The chunk shares a content word with the query (bm25 mode's refusal rule)."""
-        return gating.shares_content_word(corpus.chunk_content(c), q.words, corpus.analyzer_name)
+        """The chunk shares a content word with the query (bm25 mode's refusal rule), in its
+        content or in its header: BM25 indexes both (spec §3.7), so a page found by its title
+        alone is evidence as much as one found by a word of its text."""
+        name = corpus.analyzer_name
+        if gating.shares_content_word(corpus.chunk_content(c), q.words, name):
+            return True
+        from kbpack.index.chunk import header  # only when the content lacks every word
+
+        r = corpus.result(0, c, 0.0, None, None, None, "chunk")
+        head = header(r.title, r.section.split(" > ") if r.section else [])
+        return gating.shares_content_word(head, q.words, name)
 
     def evidence(c: int) -> bool:
         """``c`` on its own says the pack answers the query (the per-chunk rules)."""

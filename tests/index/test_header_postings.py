@@ -79,13 +79,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_page_is_found_by_its_title_alone(built: Path) -> None:
-    # the BM25 ranking (refusal off: bm25 mode's refusal asks for a content word in the
-    # chunk's content, a searcher rule this does not change)
+    # the BM25 ranking, and what search shows: bm25 mode's refusal asks each result for a
+    # query word, which its header gives as well as its content
     with kbpack.open(built) as pack:
         for title, page in (("SQLite Autoincrement", "autoinc.md"), ("tombstones", "vacuum.md")):
-            resp = pack.search(title, k=3, mode="bm25", refuse=False)
-            assert resp.results, title
-            assert resp.results[0].doc == page, (title, [r.doc for r in resp.results])
+            for refuse in (False, True):
+                resp = pack.search(title, k=3, mode="bm25", refuse=refuse)
+                assert resp.answered and resp.results, (title, refuse)
+                assert resp.results[0].doc == page, (title, [r.doc for r in resp.results])
+        # a word in no header and no content is still no evidence
+        assert not pack.search("zeppelin", k=3, mode="bm25").results
 
 
 def test_postings_count_the_header_then_the_content(built: Path, tmp_path: Path) -> None:
