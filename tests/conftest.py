@@ -43,6 +43,14 @@ def tiny_model_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny_model with a 256-token window, so that whole sentences and chunks fit (tiny_model's
+    16 tokens split every sentence): the model of most build-and-search tests, built once."""
+    out = tmp_path_factory.mktemp("tiny-wide") / "tiny-wide.gguf"
+    return build_tiny_gguf(out, name="tiny-wide", window=256)
+
+
+@pytest.fixture(scope="session")
 def default_model(private_model_cache: Path) -> Path:
     """The real all-MiniLM-L6-v2 GGUF (converted into the private cache), or skip."""
     from kbpack.errors import ModelError

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any
 from kbpack.errors import PackError
 from kbpack.pack import format as F
 from kbpack.pack.manifest import Header
+from kbpack.runtime.memo import Memo, digest
 
 MEMO_FOLDER = "parsed-packs"
 BASE_TIMEOUT_S = 60.0
@@ -95,13 +95,16 @@ def memo_key(path: Path, header: Header) -> str:
     st = os.stat(path)
     ident = [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     ident += [hashlib.sha256(header.manifest_bytes).hexdigest(), __version__, MEMO_RULES]
-    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()
+    return digest(*ident)
+
+
+# one memo per file state, in subfolders by the key's first two characters (runtime/memo.py:
+# atomic writes, reads that never fail)
+_PARSED = Memo(MEMO_FOLDER, fan_out=True)
 
 
 def _memo(key: str) -> Path:
-    from kbpack.runtime.cache import cache_dir
-
-    return cache_dir() / MEMO_FOLDER / key[:2] / key
+    return _PARSED.path(key)
 
 
 def parse_in_child(
@@ -220,20 +223,14 @@ def _remember(key: str, clean: bool = True, rows: bool = True) -> None:
     empty files), ``SURVIVED`` is parsed safely with the allowlist left to the reader, and
     ``*ROWS_UNCHECKED`` the same with the string rows left to the reader. A clean outcome
     replaces a survived one (a rebuilt file is a new state anyway)."""
-    content = {v: k for k, v in _STATES.items()}[(clean, rows)]
-    with contextlib.suppress(OSError):
-        memo = _memo(key)
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_bytes(content)
+    _PARSED.write(key, {v: k for k, v in _STATES.items()}[(clean, rows)])
 
 
 def _recall_outcome(key: str) -> Outcome | None:
     """The remembered outcome; None: not remembered (or the memo cannot be read, or holds
     what this kbpack does not write)."""
-    try:
-        state = _STATES.get(_memo(key).read_bytes())
-    except OSError:
-        return None
+    data = _PARSED.read(key)
+    state = _STATES.get(data) if data is not None else None
     return Outcome(*state) if state is not None else None
 
 
@@ -259,7 +256,7 @@ def remember_parsed(path: Path, header: Header | None = None, seen: str = "") ->
 def is_remembered(path: Path, header: Header) -> bool:
     """Whether this state of ``path`` is remembered as parsed (the next open forks no child)."""
     try:
-        return _memo(memo_key(path, header)).exists()
+        return _PARSED.has(memo_key(path, header))
     except OSError:
         return False
 

@@ -53,13 +53,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random BERT with a 256-token window (tiny_model's 16 tokens split every sentence)."""
-    from tiny_gguf import build_tiny_gguf
-
-    return build_tiny_gguf(
-        tmp_path_factory.mktemp("wide") / "wide.gguf", name="tiny-wide", window=256
-    )
+def model(wide_model: Path) -> Path:
+    return wide_model  # conftest: built once per session
 
 
 @pytest.fixture(scope="module")

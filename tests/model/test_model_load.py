@@ -35,11 +35,8 @@ QUERIES = ["rotate the logs", "0x80070005", "share a connection between threads"
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
-    out = tmp_path_factory.mktemp("wide") / "wide.gguf"
-    return build_tiny_gguf(out, name="tiny-wide", window=256)
+def model(wide_model: Path) -> Path:
+    return wide_model  # conftest: built once per session
 
 
 @pytest.fixture(scope="module")

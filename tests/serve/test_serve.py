@@ -58,12 +58,8 @@ def run(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
-    return build_tiny_gguf(
-        tmp_path_factory.mktemp("serve-model") / "wide.gguf", name="tiny-wide", window=256
-    )
+def model(wide_model: Path) -> Path:
+    return wide_model  # conftest: built once per session
 
 
 @pytest.fixture(scope="module")
