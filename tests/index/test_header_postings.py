@@ -14,8 +14,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import kbpack
+from kbpack.cli.main import cli
 from kbpack.index.postings import PostingsBuilder
 from kbpack.ops.build import BuildOptions, build
 from kbpack.ops.inspect import describe
@@ -161,6 +163,10 @@ def test_a_pack_of_0_2_content_only_still_searches_and_verifies(tmp_path: Path) 
     with h5py.File(new, "r") as h:
         assert h["/bm25"].attrs[F.BM25_FIELDS] == F.HEADER_CONTENT
     assert verify_pack(new, deep=True).intact
+    # inspect says which is which, and how to get the headers indexed
+    shown = {p: CliRunner().invoke(cli, ["inspect", str(p)]).output for p in (old, new)}
+    assert "content only" in shown[old] and "kbpack migrate" in shown[old]
+    assert "header and content" in shown[new] and "content only" not in shown[new]
 
 
 def test_verify_checks_postings_against_what_fields_says(built: Path, tmp_path: Path) -> None:

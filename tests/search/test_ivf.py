@@ -236,6 +236,9 @@ def test_kbpack_index_adds_the_index_without_re_embedding(
             assert np.array_equal(old.column(path), new.column(path))
     with kbpack.open(out, model=model) as p:
         assert _ids(p, "logs", mode="dense", probe=3) == _ids(p, "logs", mode="dense", exact=True)
+    shown = CliRunner().invoke(cli, ["inspect", str(out)])
+    assert "ivf index" in shown.output and "3 lists" in shown.output
+    assert "ivf index" not in CliRunner().invoke(cli, ["inspect", str(src)]).output
     again = CliRunner().invoke(cli, ["index", str(out), "--ivf", "--json"])  # in place: rebuilt
     assert again.exit_code == 0 and json.loads(again.stdout)["replaced"] is True
     assert verify_pack(out).intact

@@ -61,6 +61,12 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
         ("vectors", c["vectors"]),
         ("terms", c["terms"]),
         (
+            "bm25",
+            "over each chunk's header and content"
+            if info["bm25"]["fields"] == "header+content"
+            else "over content only (0.2.x; kbpack migrate PACK -o NEW indexes headers too)",
+        ),
+        (
             "model",
             f"{m['name']} {m['dims']}d {m['pooling']}, window {m['window']}, sha256 {m['sha256'][:16]}…"
             if m
@@ -79,6 +85,12 @@ def inspect(packs: tuple[Path, ...], sizes: bool, as_json: bool) -> int:
             + (" (calibrated)" if "calibration" in info["search"] else " (default)"),
         ),
     ]
+    if "links" in c:  # optional elements (spec §3.12, §3.13)
+        rows.append(("links", f"{c['links']} between documents of the pack"))
+    if "ivf_lists" in c:
+        rows.append(
+            ("ivf index", f"{c['ivf_lists']} lists (kbpack query --exact scans every vector)")
+        )
     prov = info["provenance"]
     if "merged_from" in prov:
         rows.append(("merged from", ", ".join(s["file"] for s in prov["merged_from"])))
