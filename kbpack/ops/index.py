@@ -13,7 +13,6 @@ signature does not survive (it covered the old manifest): sign the new pack agai
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +24,11 @@ from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest
 from kbpack.pack.ivf import IvfIndex, build_index, default_probe, ivf_attrs
-from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
+from kbpack.pack.manifest import read_header
 from kbpack.pack.read import PackReader, hdf5_errors
+from kbpack.pack.rewrite import publish
 from kbpack.pack.storage import create_dataset
-from kbpack.pack.write import _fsync_dir, _fsync_file, temp_path_for
-from kbpack.runtime import interrupt
+from kbpack.pack.write import temp_path_for
 
 READ_ROWS = 65536
 
@@ -77,14 +76,7 @@ def add_ivf(src: Path, dst: Path, lists: int | None = None) -> IndexReport:
                 del manifest.elements[key]
         manifest.elements.update(elements)
         manifest.counts["ivf_lists"] = index.lists
-        manifest.file_size, manifest.hdf5_sha256 = hash_hdf5_bytes(tmp)
-        write_header(tmp, encode_header(manifest.to_json_bytes()))  # unsigned: see the doc
-        _fsync_file(tmp)
-        interrupt.check()
-        with interrupt.uninterruptible():
-            os.replace(tmp, dst)
-            interrupt.published(dst)
-            _fsync_dir(dst.parent)
+        publish(tmp, dst, manifest)  # unsigned: see the doc
     finally:
         for p in (tmp, spool):
             with contextlib.suppress(OSError):

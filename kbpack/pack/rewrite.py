@@ -16,7 +16,13 @@ from typing import Any
 
 from kbpack.pack import format as F
 from kbpack.pack.digest import attrs_digest
-from kbpack.pack.manifest import encode_header, hash_hdf5_bytes, read_header, write_header
+from kbpack.pack.manifest import (
+    Manifest,
+    encode_header,
+    hash_hdf5_bytes,
+    read_header,
+    write_header,
+)
 from kbpack.pack.read import PackReader, hdf5_errors
 from kbpack.pack.write import _fsync_dir, _fsync_file, temp_path_for
 from kbpack.runtime import interrupt
@@ -39,14 +45,21 @@ def rewrite_search_settings(
             new_attrs = dict(g.attrs.items())
         manifest = read_header(src).manifest
         manifest.elements[F.SEARCH + "@attrs"] = attrs_digest(new_attrs)
-        manifest.file_size, manifest.hdf5_sha256 = hash_hdf5_bytes(tmp)
-        write_header(tmp, encode_header(manifest.to_json_bytes()))
-        _fsync_file(tmp)
-        interrupt.check()
-        with interrupt.uninterruptible():
-            os.replace(tmp, dst)
-            interrupt.published(dst)
-            _fsync_dir(dst.parent)
+        publish(tmp, dst, manifest)
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def publish(tmp: Path, dst: Path, manifest: Manifest) -> None:
+    """Stamp the rewritten HDF5 bytes of ``tmp`` into ``manifest`` (size, byte digest), write it
+    unsigned into the header (a signature covered the old manifest), and put ``tmp`` in ``dst``'s
+    place atomically and durably: an interrupt before the rename leaves ``dst`` as it was."""
+    manifest.file_size, manifest.hdf5_sha256 = hash_hdf5_bytes(tmp)
+    write_header(tmp, encode_header(manifest.to_json_bytes()))
+    _fsync_file(tmp)
+    interrupt.check()
+    with interrupt.uninterruptible():
+        os.replace(tmp, dst)
+        interrupt.published(dst)
+        _fsync_dir(dst.parent)
