@@ -212,6 +212,16 @@ def _extractive(
     )
 
 
+def fallback_reason(a: Answer, without_model: str) -> str:
+    """Why a fallback answer quotes the pack: the model's sentences were unsupported, or no
+    passage fitted its context, or (``without_model``, each front end's words) none ran."""
+    if a.draft is not None:
+        return "no sentence of the model's answer is supported by the passage it cites"
+    if a.model is not None:
+        return "no passage fits the model's context"
+    return without_model
+
+
 def render_text(a: Answer) -> str:
     """The answer as ``kbpack ask`` prints it: sentences with their [n], unsupported ones
     marked, then the numbered sources as locators."""
@@ -223,13 +233,7 @@ def render_text(a: Answer) -> str:
             lines += [f"[{c['n']}] {_where(c)}" for c in a.nearest]
         return "\n".join(lines)
     if a.fallback:
-        if a.draft is not None:
-            why = "no sentence of the model's answer is supported by the passage it cites"
-        elif a.model is not None:
-            why = "no passage fits the model's context"
-        else:
-            why = "extractive answer, no model"
-        lines.append(f"From the pack ({why}):")
+        lines.append(f"From the pack ({fallback_reason(a, 'extractive answer, no model')}):")
     for s in a.sentences:
         mark = "" if s.supported else f"  [unsupported: {s.why}]"
         lines.append(f"{s.text}{mark}")
