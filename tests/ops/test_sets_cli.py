@@ -26,12 +26,9 @@ def run(*args: object) -> Result:
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
+def whole(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
     root = tmp_path_factory.mktemp("sets")
-    model = build_tiny_gguf(root / "wide.gguf", name="wide", window=256)
-    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", model)
+    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", wide_model)
 
 
 @pytest.fixture

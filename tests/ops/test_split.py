@@ -56,12 +56,9 @@ def corpus() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
+def whole(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
     root = tmp_path_factory.mktemp("split")
-    model = build_tiny_gguf(root / "wide.gguf", name="wide", window=256)
-    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", model)
+    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", wide_model)
 
 
 def test_sizes_parse() -> None:
