@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-
-class Committed(Protocol):
-    """A pack as its writer committed it (``kbpack.pack.write.CommitResult``)."""
-
-    @property
-    def path(self) -> Path: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def counts(self) -> dict[str, int]: ...
+if TYPE_CHECKING:
+    from kbpack.pack.write import CommitResult
 
 
 @dataclass
@@ -33,6 +25,6 @@ class WrittenPack:
         return d
 
 
-def written(committed: Committed) -> tuple[Path, int, dict[str, int]]:
+def written(committed: CommitResult) -> tuple[Path, int, dict[str, int]]:
     """The ``WrittenPack`` fields of a committed pack, in order: ``Report(*written(c), ...)``."""
     return committed.path, committed.size, committed.counts

@@ -32,7 +32,7 @@ from kbpack.search.bm25_top import TermList
 from kbpack.search.corpus import PackCorpus
 from kbpack.search.dense import DenseScores
 from kbpack.search.opened import OpenedForSearch
-from kbpack.search.results import Result
+from kbpack.search.results import Ranking, Result
 from kbpack.search.searcher import Searcher
 from kbpack.text.analyze import query_terms
 
@@ -218,18 +218,9 @@ class SetCorpus:
         i, local = self.locate(chunk)
         return self.members[i].chunk_content(local)
 
-    def result(
-        self,
-        rank: int,
-        c: int,
-        score: float,
-        distance: float | None,
-        bm25_rank: int | None,
-        dense_rank: int | None,
-        context: str,
-    ) -> Result:
+    def result(self, c: int, at: Ranking, context: str) -> Result:
         i, local = self.locate(c)
-        r = self.members[i].result(rank, local, score, distance, bm25_rank, dense_rank, context)
+        r = self.members[i].result(local, at, context)
         r.pack = self.names[i]
         return r
 
