@@ -95,10 +95,12 @@ def test_members_are_complete_packs_under_the_size(whole: Path, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("query", ["rotate logs handler", "E-1017", "deploy region timeout"])
-def test_the_set_searches_as_the_whole_pack(whole: Path, tmp_path: Path, query: str) -> None:
+def test_the_set_searches_as_the_whole_pack(
+    whole: Path, tmp_path: Path, query: str, wide_model: Path
+) -> None:
     report = split_pack(whole, tmp_path / "set.kbpack", 250 * 1024)
     paths = [m["path"] for m in report.members]
-    model = whole.parent / "wide.gguf"
+    model = wide_model
     with kbpack.open_many(paths, model=model) as s, kbpack.open(whole, model=model) as w:
         for mode in ("bm25", "hybrid"):
             got = s.search(query, k=8, mode=mode, refuse=False)
