@@ -38,13 +38,14 @@ from kbpack.model.resolve import (
 )
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
+from kbpack.search.opened import OpenedForSearch
 
 if TYPE_CHECKING:
     from kbpack.answer.answer import Answer
-    from kbpack.search.searcher import Searcher, SearchResponse
+    from kbpack.search.searcher import Searcher
 
 
-class Pack:
+class Pack(OpenedForSearch):
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -75,12 +76,6 @@ class Pack:
         self._load_model = load_model
         self._searcher: Searcher | None = None
 
-    def __enter__(self) -> Pack:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def close(self) -> None:
         if self._searcher is not None:
             self._searcher.finish_loading()  # never close the file under a running load
@@ -90,41 +85,19 @@ class Pack:
     def n_chunks(self) -> int:
         return int(self.reader.counts.get("chunks", 0))
 
-    @property
-    def searcher(self) -> Searcher:
-        if self._searcher is None:
-            # the model loads in a worker thread while the search does its other work; the
-            # search modules are imported after it started, and so meanwhile too
-            from kbpack.search.assemble import assemble
+    def _assemble(self) -> Searcher:
+        # the model loads in a worker thread while the search does its other work; the search
+        # modules are imported after it started, and so meanwhile too
+        from kbpack.search.assemble import assemble
 
-            self._searcher = assemble(
-                [self.reader],
-                model=self._model_arg,
-                load_model=self._load_model,
-                threads=self._threads,
-                rerank=self._rerank_arg,
-                background=True,
-            )
-        return self._searcher
-
-    @property
-    def embedder(self) -> Any | None:
-        return self.searcher.embedder
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        mode: str = "hybrid",
-        *,
-        exact: bool = False,
-        probe: int | None = None,
-        **kw: Any,
-    ) -> SearchResponse:
-        """``exact``: scan every vector even in a pack with an approximate (IVF) index;
-        ``probe``: the index's lists a query reads (None: the pack's default)."""
-        self.searcher.use_ivf(exact, probe)
-        return self.searcher.search(query, k=k, mode=mode, **kw)
+        return assemble(
+            [self.reader],
+            model=self._model_arg,
+            load_model=self._load_model,
+            threads=self._threads,
+            rerank=self._rerank_arg,
+            background=True,
+        )
 
     def ask(self, question: str, llm: Any, **kw: Any) -> Answer:
         """An answer from the chat model ``llm`` (a GGUF path, a loaded

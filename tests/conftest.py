@@ -51,6 +51,15 @@ def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wide_model_200(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny_model with 256 positions and a 200-token window: chunks hold whole sentences and a
+    paragraph of the model's own words fits, so chunk differences read like the edit that caused
+    them (update, diff and pieces tests), built once."""
+    out = tmp_path_factory.mktemp("tiny-wide-200") / "tiny-wide.gguf"
+    return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
+
+
+@pytest.fixture(scope="session")
 def default_model(private_model_cache: Path) -> Path:
     """The real all-MiniLM-L6-v2 GGUF (converted into the private cache), or skip."""
     from kbpack.errors import ModelError

@@ -13,6 +13,8 @@ from typing import Any
 from kbpack.answer.extractive import extract
 from kbpack.answer.generate import DEFAULT_CONTEXT, ChatModel, load_chat_model
 from kbpack.answer.grounding import SentenceCheck, check_answer, citations
+from kbpack.schema import fields_of
+from kbpack.search.prompt import citation_of
 
 INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. After every sentence, write "
@@ -48,33 +50,12 @@ class Answer:
     def as_dict(self) -> dict[str, Any]:
         """The JSON of ``kbpack ask --json`` (spec/JSON.md)."""
         return {
-            "question": self.question,
-            "answer": self.answer,
-            "refused": self.refused,
-            "fallback": self.fallback,
+            **fields_of(self, "question", "answer", "refused", "fallback"),
             "sentences": [s.as_dict() for s in self.sentences],
-            "citations": self.citations,
-            "flagged": self.flagged,
-            "model": self.model,
-            "timings": self.timings,
-            "draft": self.draft,
+            **fields_of(self, "citations", "flagged", "model", "timings", "draft"),
             "draft_sentences": [s.as_dict() for s in self.draft_sentences],
-            "nearest": self.nearest,
-            "notes": self.notes,
+            **fields_of(self, "nearest", "notes"),
         }
-
-
-def citation_of(n: int, r: Any) -> dict[str, Any]:
-    return {
-        "n": n,
-        **({"pack": r.pack} if r.pack else {}),
-        "doc": r.doc,
-        "section": r.section,
-        "locator": r.locator,
-        "page": r.page,
-        "from": r.start,
-        "to": r.end,
-    }
 
 
 def source_block(n: int, r: Any) -> str:
@@ -212,6 +193,16 @@ def _extractive(
     )
 
 
+def fallback_reason(a: Answer, without_model: str) -> str:
+    """Why a fallback answer quotes the pack: the model's sentences were unsupported, or no
+    passage fitted its context, or (``without_model``, each front end's words) none ran."""
+    if a.draft is not None:
+        return "no sentence of the model's answer is supported by the passage it cites"
+    if a.model is not None:
+        return "no passage fits the model's context"
+    return without_model
+
+
 def render_text(a: Answer) -> str:
     """The answer as ``kbpack ask`` prints it: sentences with their [n], unsupported ones
     marked, then the numbered sources as locators."""
@@ -223,13 +214,7 @@ def render_text(a: Answer) -> str:
             lines += [f"[{c['n']}] {_where(c)}" for c in a.nearest]
         return "\n".join(lines)
     if a.fallback:
-        if a.draft is not None:
-            why = "no sentence of the model's answer is supported by the passage it cites"
-        elif a.model is not None:
-            why = "no passage fits the model's context"
-        else:
-            why = "extractive answer, no model"
-        lines.append(f"From the pack ({why}):")
+        lines.append(f"From the pack ({fallback_reason(a, 'extractive answer, no model')}):")
     for s in a.sentences:
         mark = "" if s.supported else f"  [unsupported: {s.why}]"
         lines.append(f"{s.text}{mark}")

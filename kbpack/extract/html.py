@@ -135,9 +135,55 @@ def declared_charset(data: bytes) -> str | None:
 
 @dataclass
 class _Table:
+    """A table being read: each row becomes one line, its cells joined by `` | ``."""
+
     rows: list[str] = field(default_factory=list)
     cells: list[str] = field(default_factory=list)
     cell: list[str] | None = None  # text pieces of the cell being read
+
+    def end_cell(self) -> None:
+        if self.cell is not None:
+            self.cells.append(one_line("".join(self.cell)))
+            self.cell = None
+
+    def end_row(self) -> None:
+        self.end_cell()
+        if any(_visible(cell) for cell in self.cells):
+            self.rows.append(" | ".join(self.cells))
+        self.cells = []
+
+
+# Unclosed <li>, <p>, <td>... are closed by the next sibling, as browsers do: for each tag, the
+# open tags it closes, and those that stop the search (the sibling is in another list or table)
+_IMPLIED_END = {
+    "li": ({"li"}, {"ul", "ol"}),
+    "p": ({"p"}, {"div", "td", "th", "li", "body", "section", "article", "blockquote"}),
+    "dt": ({"dt", "dd"}, {"dl"}),
+    "dd": ({"dt", "dd"}, {"dl"}),
+    "tr": ({"tr"}, {"table"}),
+    "td": ({"td", "th"}, {"tr", "table"}),
+    "th": ({"td", "th"}, {"tr", "table"}),
+}
+
+
+def _is_noise(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+    """An element whose subtree is page furniture, not content: navigation, banners, hidden
+    parts, tables of contents, index tables (the ``_SKIP_*`` sets above)."""
+    if tag in _SKIP_TAGS:
+        return True
+    values = dict(attrs)
+    if (values.get("role") or "").lower() in _SKIP_ROLES:
+        return True
+    if "hidden" in values or values.get("aria-hidden") == "true":
+        return True
+    classes = (values.get("class") or "").lower().split()
+    if any(
+        c in _SKIP_CLASSES or _TOC_PART.search(c) or (tag == "table" and _INDEX_TABLE.match(c))
+        for c in classes
+    ):
+        return True
+    words = [*classes, *(values.get("id") or "").lower().split()]
+    return any(word in _SKIP_WORDS for word in words)
 
 
 class _Extractor(HTMLParser):
@@ -180,23 +226,6 @@ class _Extractor(HTMLParser):
         return super().parse_html_declaration(i)
 
     # -- element tracking ------------------------------------------------------------------
-    def _is_noise(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
-        if tag in _SKIP_TAGS:
-            return True
-        values = dict(attrs)
-        if (values.get("role") or "").lower() in _SKIP_ROLES:
-            return True
-        if "hidden" in values or values.get("aria-hidden") == "true":
-            return True
-        classes = (values.get("class") or "").lower().split()
-        if any(
-            c in _SKIP_CLASSES or _TOC_PART.search(c) or (tag == "table" and _INDEX_TABLE.match(c))
-            for c in classes
-        ):
-            return True
-        words = [*classes, *(values.get("id") or "").lower().split()]
-        return any(word in _SKIP_WORDS for word in words)
-
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title" and not self.skipping_outside_head():
             self.in_title = True
@@ -209,11 +238,11 @@ class _Extractor(HTMLParser):
             elif not self.skipping and tag == "hr":
                 self._flush()
             return
-        if tag in ("li", "p", "dt", "dd", "tr", "td", "th") and self.stack:
+        if tag in _IMPLIED_END and self.stack:
             self._close_implied(tag)
         if len(self.stack) >= MAX_DEPTH:
             return  # too deep: its text is read as part of the deepest element (see MAX_DEPTH)
-        noise = self._is_noise(tag, attrs)
+        noise = _is_noise(tag, attrs)
         self.stack.append((tag, noise))
         if noise:
             self.skipping += 1
@@ -288,20 +317,11 @@ class _Extractor(HTMLParser):
                 break
 
     def _close_implied(self, tag: str) -> None:
-        # Unclosed <li>, <p>, <td>... are closed by the next sibling, as browsers do.
-        stops = {
-            "li": ({"li"}, {"ul", "ol"}),
-            "p": ({"p"}, {"div", "td", "th", "li", "body", "section", "article", "blockquote"}),
-            "dt": ({"dt", "dd"}, {"dl"}),
-            "dd": ({"dt", "dd"}, {"dl"}),
-            "tr": ({"tr"}, {"table"}),
-            "td": ({"td", "th"}, {"tr", "table"}),
-            "th": ({"td", "th"}, {"tr", "table"}),
-        }[tag]
+        closes, stops = _IMPLIED_END[tag]
         for open_tag, _ in reversed(self.stack[-MAX_DEPTH:]):
-            if open_tag in stops[1]:
+            if open_tag in stops:
                 return
-            if open_tag in stops[0]:
+            if open_tag in closes:
                 self.handle_endtag(open_tag)
                 return
 
@@ -403,12 +423,11 @@ class _Extractor(HTMLParser):
     def _close(self, tag: str) -> None:
         table = self.tables[-1] if self.tables else None
         if tag in ("td", "th") and table is not None and table.cell is not None:
-            table.cells.append(one_line("".join(table.cell)))
-            table.cell = None
+            table.end_cell()
         elif tag == "tr" and table is not None:
-            self._end_row(table)
+            table.end_row()
         elif tag == "table" and table is not None:
-            self._end_row(table)
+            table.end_row()
             self.tables.pop()
             rows = "\n".join(table.rows)
             if self.tables and self.tables[-1].cell is not None:
@@ -432,14 +451,6 @@ class _Extractor(HTMLParser):
                 self.lists.pop()
         elif tag in _BLOCKS:
             self._flush()
-
-    def _end_row(self, table: _Table) -> None:
-        if table.cell is not None:
-            table.cells.append(one_line("".join(table.cell)))
-            table.cell = None
-        if any(_visible(cell) for cell in table.cells):
-            table.rows.append(" | ".join(table.cells))
-        table.cells = []
 
     def heading_done(self, title: str) -> None:
         level = self.heading or 1

@@ -77,6 +77,8 @@ class BatchCache(Protocol):
 # Told after each decode batch: (the batch's indices into the input, its tokens, whether it
 # came from the cache).
 OnBatch = Callable[[Sequence[int], int, bool], None]
+# fills the rows of one planned batch (input indices) of ``out`` from the token lists
+DecodeBatch = Callable[[list[int], list[list[int]], np.ndarray], None]
 
 
 def available_threads() -> int:
@@ -206,7 +208,7 @@ class Embedder:
         ``cache`` supplies (and keeps) whole decode batches; ``on_batch`` hears of each batch
         as it is done, so a caller can show progress inside one long call. Neither changes
         which texts share a decode batch, so the vectors are the same bits either way."""
-        out = self._pooled(list(tokenized), cache, on_batch)
+        out = self._pooled(list(tokenized), self._decoding(cache, on_batch))
         if not tokenized:
             return out
         norms = np.linalg.norm(out, axis=1, keepdims=True)
@@ -215,17 +217,13 @@ class Embedder:
         out /= norms
         return out
 
-    def _pooled(
-        self,
-        tokenized: list[list[int]],
-        cache: BatchCache | None = None,
-        on_batch: OnBatch | None = None,
-    ) -> np.ndarray:
+    def _pooled(self, tokenized: list[list[int]], decode: DecodeBatch | None = None) -> np.ndarray:
         """llama.cpp's pooled output, float32 (len(tokenized), width), for token lists that
-        already fit the window, in input order, as few llama_decode calls as fit."""
+        already fit the window, in input order, as few llama_decode calls as fit; ``decode``
+        (default ``_decode``) fills each call's rows."""
         out = np.zeros((len(tokenized), self._out_width), dtype=np.float32)
         for batch in self._plan(tokenized):
-            self._decode_or_reuse(batch, tokenized, out, cache, on_batch)
+            (decode or self._decode)(batch, tokenized, out)
         return out
 
     def batches(self, tokenized: Sequence[list[int]]) -> list[list[list[int]]]:
@@ -255,24 +253,23 @@ class Embedder:
             plan.append(batch)
         return plan
 
-    def _decode_or_reuse(
-        self,
-        batch: list[int],
-        tokenized: list[list[int]],
-        out: np.ndarray,
-        cache: BatchCache | None,
-        on_batch: OnBatch | None,
-    ) -> None:
-        seqs = [tokenized[i] for i in batch]
-        known = cache.lookup(seqs) if cache is not None else None
-        if known is not None:
-            out[batch] = known
-        else:
-            self._decode(batch, tokenized, out)
-            if cache is not None:
-                cache.store(seqs, out[batch])
-        if on_batch is not None:
-            on_batch(batch, sum(map(len, seqs)), known is not None)
+    def _decoding(self, cache: BatchCache | None, on_batch: OnBatch | None) -> DecodeBatch:
+        """``_decode``, taking the batches ``cache`` holds from it (and keeping the new ones
+        there), each batch told to ``on_batch``."""
+
+        def decode_or_reuse(batch: list[int], tokenized: list[list[int]], out: np.ndarray) -> None:
+            seqs = [tokenized[i] for i in batch]
+            known = cache.lookup(seqs) if cache is not None else None
+            if known is not None:
+                out[batch] = known
+            else:
+                self._decode(batch, tokenized, out)
+                if cache is not None:
+                    cache.store(seqs, out[batch])
+            if on_batch is not None:
+                on_batch(batch, sum(map(len, seqs)), known is not None)
+
+        return decode_or_reuse
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """``embed`` of each text behind the document prefix."""

@@ -26,6 +26,7 @@ from kbpack.index.pieces import Piece, piece_texts, pieces_of
 from kbpack.index.postings import PostingsBuilder
 from kbpack.ops.estimate import DryRun
 from kbpack.ops.shards import in_shard
+from kbpack.ops.written import WrittenPack, written
 from kbpack.pack.write import PackWriter
 from kbpack.runtime import interrupt
 from kbpack.runtime.progress import Progress, file_kind, peak_rss_mb
@@ -71,10 +72,7 @@ class BuildOptions:
 
 
 @dataclass
-class BuildReport:
-    path: Path
-    size: int
-    counts: dict[str, int]
+class BuildReport(WrittenPack):
     failed: list[dict[str, str]]
     skipped: list[dict[str, str]]
     warnings: list[dict[str, str]]
@@ -103,8 +101,7 @@ class BuildReport:
     dry_run: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["path"] = str(self.path)
+        d = super().as_dict()
         d["header_token_share"] = self.header_share
         d["unsupported"] = self.unsupported
         d["outside_input"] = self.links_not_followed  # the name the summary line uses
@@ -372,9 +369,7 @@ def build_from(
     if dry is not None and embedder is not None:
         dry.measure(embedder)
     return BuildReport(
-        path=committed.path,
-        size=committed.size,
-        counts=committed.counts,
+        *written(committed),
         failed=failed,
         skipped=skipped,
         warnings=warnings,

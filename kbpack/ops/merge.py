@@ -32,6 +32,7 @@ from kbpack.errors import UsageError
 from kbpack.index.pieces import Piece
 from kbpack.index.postings import PostingsBuilder
 from kbpack.ops.restore import PackContents
+from kbpack.ops.written import WrittenPack, written
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
 from kbpack.pack.write import PackWriter, temp_path_for
@@ -41,20 +42,12 @@ Prefer = Literal["first", "last"]
 
 
 @dataclass
-class MergeReport:
-    path: Path
-    size: int
-    counts: dict[str, int]
+class MergeReport(WrittenPack):
     sources: list[dict[str, Any]]
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates --prefer dropped
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     peak_rss_mb: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["path"] = str(self.path)
-        return d
 
 
 def source_record(r: PackReader) -> dict[str, Any]:
@@ -197,9 +190,7 @@ def merge_packs(
                     "lists"
                 )
     return MergeReport(
-        path=committed.path,
-        size=committed.size,
-        counts=committed.counts,
+        *written(committed),
         sources=records,
         dropped=dropped,
         notes=notes,

@@ -26,6 +26,7 @@ from typing import Any
 
 from kbpack.errors import PackError, UsageError
 from kbpack.pack.manifest import Header, encode_header, hash_hdf5_bytes, read_header, write_header
+from kbpack.schema import fields_of
 
 ALGORITHM = "ed25519"
 KEYS_ENV = "KBPACK_TRUSTED_KEYS"
@@ -49,12 +50,7 @@ class SignatureCheck:
     key_source: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "key_id": self.key_id,
-            "key_source": self.key_source,
-            "detail": self.detail,
-        }
+        return fields_of(self, "status", "key_id", "key_source", "detail")
 
 
 def key_id_of(raw_public: bytes) -> str:

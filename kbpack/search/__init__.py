@@ -28,6 +28,7 @@ __all__ = [
     "federate",
     "fusion",
     "gating",
+    "opened",
     "postings",
     "prompt",
     "results",

@@ -18,7 +18,7 @@ from kbpack.search.dense import DenseScores
 from kbpack.search.fusion import CANDIDATES, convex
 from kbpack.search.fusion import RULE as FUSION_RULE
 from kbpack.search.gating import IdentifierGate, heading_only
-from kbpack.search.results import Result, SearchResponse
+from kbpack.search.results import Ranking, Result, SearchResponse
 from kbpack.search.typos import Suggestion
 from kbpack.text.analyze import tokenize
 
@@ -86,7 +86,7 @@ def finish(s: Searcher, req: SearchRequest, q: Query) -> SearchResponse:
             return True
         from kbpack.index.chunk import header  # only when the content lacks every word
 
-        r = corpus.result(0, c, 0.0, None, None, None, "chunk")
+        r = corpus.result(c, Ranking(0), "chunk")
         head = header(r.title, r.section.split(" > ") if r.section else [])
         return gating.shares_content_word(head, q.words, name)
 
@@ -166,9 +166,8 @@ def cite(
             break
         if not passes(c):
             continue
-        res = corpus.result(
-            len(results) + 1, c, score, dist.get(c), bm_rank.get(c), de_rank.get(c), context
-        )
+        at = Ranking(len(results) + 1, score, dist.get(c), bm_rank.get(c), de_rank.get(c))
+        res = corpus.result(c, at, context)
         key = tuple(tokenize(res.content))
         if heading_only(key, res):
             continue

@@ -20,7 +20,7 @@ from kbpack.pack.vector_scan import simsimd_module
 from kbpack.search.bm25_top import Term
 from kbpack.search.dense import DenseScores
 from kbpack.search.postings import PackPostings
-from kbpack.search.results import Result, locator
+from kbpack.search.results import Ranking, Result, locator
 from kbpack.search.vectors import PackVectors
 
 ALSO_MAX = 20  # other locations listed per result (a boilerplate paragraph may have hundreds)
@@ -52,16 +52,7 @@ class Corpus(Protocol):
 
     # -- content and citations ----------------------------------------------------------------
     def chunk_content(self, chunk: int) -> str: ...
-    def result(
-        self,
-        rank: int,
-        c: int,
-        score: float,
-        distance: float | None,
-        bm25_rank: int | None,
-        dense_rank: int | None,
-        context: str,
-    ) -> Result: ...
+    def result(self, c: int, at: Ranking, context: str) -> Result: ...
     def copy_group(self, chunk: int) -> Any | None: ...
     def copy_members(self, chunk: int) -> list[int]: ...
     def list_copies(self, chunk: int, res: Result, context: str = "chunk") -> None: ...
@@ -177,16 +168,7 @@ class PackCorpus:
         page = r.value(F.CHUNK_PAGE, chunk) or None
         return locator(r.string_at(F.DOC_NAME, doc), start, end, page)
 
-    def result(
-        self,
-        rank: int,
-        c: int,
-        score: float,
-        distance: float | None,
-        bm25_rank: int | None,
-        dense_rank: int | None,
-        context: str,
-    ) -> Result:
+    def result(self, c: int, at: Ranking, context: str) -> Result:
         r = self.r
         doc = r.value(F.CHUNK_DOCUMENT, c)
         sec = r.value(F.CHUNK_SECTION, c)
@@ -194,7 +176,7 @@ class PackCorpus:
         page = r.value(F.CHUNK_PAGE, c) or None
         name = r.string_at(F.DOC_NAME, doc)
         return Result(
-            rank=rank,
+            rank=at.rank,
             chunk=c,
             doc=name,
             title=r.string_at(F.DOC_TITLE, doc),
@@ -203,10 +185,10 @@ class PackCorpus:
             end=end,
             page=page,
             locator=locator(name, start, end, page),
-            distance=None if distance is None else round(distance, 6),
-            bm25_rank=bm25_rank,
-            dense_rank=dense_rank,
-            score=round(score, 6),
+            distance=None if at.distance is None else round(at.distance, 6),
+            bm25_rank=at.bm25_rank,
+            dense_rank=at.dense_rank,
+            score=round(at.score, 6),
             content=r.text(doc)[start:end],
         )
 

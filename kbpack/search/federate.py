@@ -31,7 +31,8 @@ from kbpack.search.bm25 import length_norms, term_scores
 from kbpack.search.bm25_top import TermList
 from kbpack.search.corpus import PackCorpus
 from kbpack.search.dense import DenseScores
-from kbpack.search.results import Result, SearchResponse
+from kbpack.search.opened import OpenedForSearch
+from kbpack.search.results import Ranking, Result
 from kbpack.search.searcher import Searcher
 from kbpack.text.analyze import query_terms
 
@@ -217,18 +218,9 @@ class SetCorpus:
         i, local = self.locate(chunk)
         return self.members[i].chunk_content(local)
 
-    def result(
-        self,
-        rank: int,
-        c: int,
-        score: float,
-        distance: float | None,
-        bm25_rank: int | None,
-        dense_rank: int | None,
-        context: str,
-    ) -> Result:
+    def result(self, c: int, at: Ranking, context: str) -> Result:
         i, local = self.locate(c)
-        r = self.members[i].result(rank, local, score, distance, bm25_rank, dense_rank, context)
+        r = self.members[i].result(local, at, context)
         r.pack = self.names[i]
         return r
 
@@ -290,7 +282,7 @@ def SetSearcher(
     return Searcher(SetCorpus(corpora, names), embedder, notes)  # type: ignore[arg-type]
 
 
-class PackSet:
+class PackSet(OpenedForSearch):
     """Packs opened together and searched as one: ``kbpack.open_many([...])``."""
 
     def __init__(
@@ -330,12 +322,6 @@ class PackSet:
         self._searcher: Searcher | None = None
         self.mixed_models = model_mismatch(self.readers)
 
-    def __enter__(self) -> PackSet:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def close(self) -> None:
         for r in self.readers:
             r.close()
@@ -344,41 +330,23 @@ class PackSet:
     def n_chunks(self) -> int:
         return sum(int(r.counts.get("chunks", 0)) for r in self.readers)
 
-    @property
-    def searcher(self) -> Searcher:
-        if self._searcher is None:
-            from kbpack.search.assemble import assemble
+    def _assemble(self) -> Searcher:
+        from kbpack.search.assemble import assemble
 
-            self._searcher = assemble(
-                self.readers,
-                model=self._model_arg,
-                load_model=self._load_model,
-                threads=self._threads,
-                rerank=self._rerank_arg,
-                notes=[*self.set_notes, *_incomplete_sets(self.readers)],
-            )
-        return self._searcher
+        return assemble(
+            self.readers,
+            model=self._model_arg,
+            load_model=self._load_model,
+            threads=self._threads,
+            rerank=self._rerank_arg,
+            notes=[*self.set_notes, *_incomplete_sets(self.readers)],
+        )
 
-    @property
-    def embedder(self) -> Any | None:
-        return self.searcher.embedder
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        mode: str = "hybrid",
-        *,
-        exact: bool = False,
-        probe: int | None = None,
-        **kw: Any,
-    ) -> SearchResponse:
-        self.searcher.use_ivf(exact, probe)  # (kbpack.api.Pack.search)
+    def _check_mode(self, mode: str) -> None:
         if mode == "dense" and self.mixed_models:
             raise UsageError(
                 f"{self.mixed_models}: --mode dense needs one model; use hybrid or bm25"
             )
-        return self.searcher.search(query, k=k, mode=mode, **kw)
 
 
 def _incomplete_sets(readers: Sequence[PackReader]) -> list[str]:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbpack.schema import fields_of
+
 PROMPT_INSTRUCTIONS = (
     "Answer the question using only the numbered sources below. Cite the sources you use as [n]. "
     "If the sources do not contain the answer, say that they do not; do not guess."
@@ -29,11 +31,23 @@ class Prompt:
         """The JSON of ``kbpack query --format prompt --json`` (spec/JSON.md)."""
         return {
             "prompt": self.text,
-            "tokens": self.tokens,
-            "budget_tokens": self.budget_tokens,
-            "answered": self.answered,
-            "citations": self.citations,
+            **fields_of(self, "tokens", "budget_tokens", "answered", "citations"),
         }
+
+
+def citation_of(n: int, r: Any) -> dict[str, Any]:
+    """Source ``[n]``, the result ``r``, as a citation of the JSON (spec/JSON.md): where it is,
+    never its text. The prompt's and ``kbpack ask``'s citation tables are made of these."""
+    return {
+        "n": n,
+        **({"pack": r.pack} if r.pack else {}),
+        "doc": r.doc,
+        "section": r.section,
+        "locator": r.locator,
+        "page": r.page,
+        "from": r.start,
+        "to": r.end,
+    }
 
 
 def rough_tokens(text: str) -> int:
@@ -64,17 +78,5 @@ def build_prompt(resp: Any, budget_tokens: int, count: Callable[[str], int]) -> 
             "Answer:",
         ]
     )
-    citations = [
-        {
-            "n": i + 1,
-            **({"pack": r.pack} if r.pack else {}),
-            "doc": r.doc,
-            "section": r.section,
-            "locator": r.locator,
-            "page": r.page,
-            "from": r.start,
-            "to": r.end,
-        }
-        for i, (r, _) in enumerate(sources)
-    ]
+    citations = [citation_of(i + 1, r) for i, (r, _) in enumerate(sources)]
     return Prompt(text, used, budget_tokens, citations)

@@ -6,7 +6,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kbpack.schema import fields_of
 from kbpack.search.typos import Suggestion
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Where a chunk stands in one search, as its ``Result`` reports it: rank among the
+    results shown, fused score, cosine distance (None: no dense score), and its ranks in the
+    BM25 and dense candidate lists (None: not among them)."""
+
+    rank: int
+    score: float = 0.0
+    distance: float | None = None
+    bm25_rank: int | None = None
+    dense_rank: int | None = None
 
 
 @dataclass
@@ -65,13 +79,9 @@ class SearchResponse:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "query": self.query,
-            "mode": self.mode,
-            "answered": self.answered,
+            **fields_of(self, "query", "mode", "answered"),
             "results": [r.as_dict() for r in self.results],
-            "threshold": self.threshold,
-            "lexical_only": self.lexical_only,
-            "fusion": self.fusion,
+            **fields_of(self, "threshold", "lexical_only", "fusion"),
             "suggestions": [x.as_dict() for x in self.suggestions],
             "not_in_pack": list(self.not_in_pack),
             "notes": self.notes,

@@ -47,7 +47,7 @@ from kbpack.search.gating import (  # noqa: F401
     heading_only,
     idf,
 )
-from kbpack.search.results import Result, SearchResponse, locator  # noqa: F401
+from kbpack.search.results import Ranking, Result, SearchResponse, locator  # noqa: F401
 from kbpack.search.typos import Suggestion
 from kbpack.search.words import TYPO_MIN_LETTERS  # noqa: F401
 
@@ -364,4 +364,6 @@ class Searcher:
         return top, 1.0 - d.cos[top]
 
     def _result(self, rank: int, c: int, *args: Any) -> Result:
-        return self.corpus.result(rank, c, *args)
+        """``args``: score, distance, BM25 rank, dense rank (``Ranking``), then the context."""
+        *scores, context = args
+        return self.corpus.result(c, Ranking(rank, *scores), context)

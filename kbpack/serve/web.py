@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from kbpack.answer.answer import fallback_reason
 from kbpack.answer.grounding import CITATION
 from kbpack.errors import KbpackError, PackError, UsageError, describe
 from kbpack.pack.read import DamagedDataError
@@ -630,12 +631,7 @@ def answer_box(library: Library, asker: Asker, form: SearchForm) -> dict[str, An
     hrefs = {c["n"]: citation_href(library, c, form["pack"]) for c in a.citations}
     label = None
     if a.fallback:
-        if a.draft is not None:
-            label = "no sentence of the model's answer is supported by the passage it cites"
-        elif a.model is not None:
-            label = "no passage fits the model's context"
-        else:
-            label = "no chat model is loaded (kbpack serve --llm MODEL.gguf)"
+        label = fallback_reason(a, "no chat model is loaded (kbpack serve --llm MODEL.gguf)")
 
     def lines(checks: list[Any]) -> list[dict[str, Any]]:
         return [

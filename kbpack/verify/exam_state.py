@@ -14,6 +14,7 @@ import numpy as np
 
 from kbpack.pack import format as F
 from kbpack.pack.structure import Finding
+from kbpack.verify.report import HEADER
 
 MAX_ROWS_SHOWN = 3  # row numbers quoted in one finding's detail
 
@@ -49,6 +50,25 @@ class ExamState:
 
     def add(self, code: str, path: str, detail: str) -> None:
         self.findings.append(Finding(code, path, detail).as_dict())
+
+    def _optional_group(
+        self, group: str, count: str, counted: str, *, unreadable_is_absent: bool = True
+    ) -> bool:
+        """An optional group (``/pieces``, ``/copies``, ``/links``, ``/ivf``): the manifest
+        counts ``count`` exactly when the group is there. Reports a count without the group
+        (not for a group present but unreadable, unless ``unreadable_is_absent``) or the group
+        uncounted; True when the group is readable and its own checks go on."""
+        if group not in self.readable:
+            if count in self.counts and (unreadable_is_absent or group not in self.in_file):
+                self.add(
+                    "count-mismatch",
+                    f"{HEADER}/counts/{count}",
+                    f"the manifest counts {counted}, the pack has no {group}",
+                )
+            return False
+        if count not in self.counts:
+            self.add("count-mismatch", f"{HEADER}/counts/{count}", f"{group} is present, uncounted")
+        return True
 
     def _take(self) -> list[dict[str, str]]:
         taken, self.findings = self.findings, []

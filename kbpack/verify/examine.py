@@ -23,6 +23,7 @@ from kbpack.verify.invariants.copies import CopyInvariants
 from kbpack.verify.invariants.group_attributes import GroupAttributeInvariants
 from kbpack.verify.invariants.ivf import IvfInvariants
 from kbpack.verify.invariants.links import LinkInvariants
+from kbpack.verify.invariants.manifest import ManifestInvariants
 from kbpack.verify.invariants.pieces import PieceInvariants
 from kbpack.verify.invariants.row_digests import RowDigestInvariants
 from kbpack.verify.invariants.text import Invariants
@@ -130,6 +131,7 @@ def merge(report: VerifyReport, result: dict[str, Any], quick: bool) -> None:
 
 class Examiner(
     ElementDigests,
+    ManifestInvariants,
     Invariants,
     VectorInvariants,
     PieceInvariants,

@@ -144,10 +144,8 @@ def test_readme_exit_code_table_is_the_code() -> None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def env(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> dict[str, str]:
     """A corpus, a pack with vectors of a tiny model, questions, a key and a weights folder."""
-    from tiny_gguf import build_tiny_gguf
-
     from kbpack.pack.sign import keygen
 
     tmp = tmp_path_factory.mktemp("contract")
@@ -155,11 +153,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     src.mkdir()
     (src / "a.md").write_text("# Archives\n\nArchives use ZIP_DEFLATED when zlib is present.\n")
     (src / "b.md").write_text("# Logs\n\nRotate the logs every week with logrotate.\n")
-    model = build_tiny_gguf(tmp / "wide.gguf", name="tiny-wide", window=256)
-    weights = model.with_name(model.stem + "-src")  # tiny_gguf leaves the safetensors folder
+    # tiny_gguf leaves the safetensors folder beside the model
+    weights = wide_model.with_name(wide_model.stem + "-src")
     pack = tmp / "docs.kbpack"
     with pytest.raises(SystemExit) as e:
-        main(["build", str(src), "-o", str(pack), "--model", str(model), "--quiet"])
+        main(["build", str(src), "-o", str(pack), "--model", str(wide_model), "--quiet"])
     assert e.value.code == 0
     q = tmp / "q.jsonl"
     q.write_text(json.dumps({"query": "ZIP_DEFLATED", "needle": "ZIP_DEFLATED"}) + "\n")
@@ -175,7 +173,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "bundle": str(bundle),
         "tmp": str(tmp),
         "src": str(src),
-        "model": str(model),
+        "model": str(wide_model),
         "weights": str(weights),
         "pack": str(pack),
         "questions": str(q),

@@ -13,7 +13,6 @@ import pytest
 from cli_run import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_gguf import build_tiny_gguf
 
 from kbpack.extract import discover, extract_all
 from kbpack.index.chunk import ChunkConfig, chunk_document
@@ -160,13 +159,6 @@ CORPUS = {
 
 
 @pytest.fixture(scope="module")
-def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random model with a 200-token window: a paragraph of its own words fits."""
-    out = tmp_path_factory.mktemp("wide") / "tiny-wide.gguf"
-    return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     for name, text in CORPUS.items():
@@ -183,9 +175,9 @@ def build(src: Path, out: Path, model: Path, *extra: str) -> dict:
 
 
 def test_a_pack_built_with_pieces_holds_them_and_verifies(
-    corpus: Path, tmp_path: Path, wide_model: Path
+    corpus: Path, tmp_path: Path, wide_model_200: Path
 ) -> None:
-    report = build(corpus, tmp_path / "p.kbpack", wide_model, "--pieces")
+    report = build(corpus, tmp_path / "p.kbpack", wide_model_200, "--pieces")
     n = report["counts"]["pieces"]
     assert n >= 4
     with PackReader(tmp_path / "p.kbpack") as r:
@@ -206,7 +198,7 @@ def test_a_pack_built_with_pieces_holds_them_and_verifies(
 
 
 def test_build_progress_counts_every_token_the_model_reads(
-    corpus: Path, tmp_path: Path, wide_model: Path, monkeypatch: pytest.MonkeyPatch
+    corpus: Path, tmp_path: Path, wide_model_200: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ETA's unit is tokens: piece texts cost model time as chunk texts do, so the
     progress must hear of their tokens too (it heard only the chunks' before)."""
@@ -230,7 +222,7 @@ def test_build_progress_counts_every_token_the_model_reads(
 
     monkeypatch.setattr(Embedder, "embed_tokens", counting)
     opts = BuildOptions(
-        sources=[corpus], out=tmp_path / "p.kbpack", model=wide_model, threads=1, pieces=True
+        sources=[corpus], out=tmp_path / "p.kbpack", model=wide_model_200, threads=1, pieces=True
     )
     report = build_pack(opts, Recording(enabled=False))
     n_texts = report.counts["chunks"] + report.counts["pieces"]
@@ -241,9 +233,9 @@ def test_build_progress_counts_every_token_the_model_reads(
 
 
 def test_a_pack_with_pieces_answers_with_chunks(
-    corpus: Path, tmp_path: Path, wide_model: Path
+    corpus: Path, tmp_path: Path, wide_model_200: Path
 ) -> None:
-    build(corpus, tmp_path / "p.kbpack", wide_model, "--pieces")
+    build(corpus, tmp_path / "p.kbpack", wide_model_200, "--pieces")
     code, out, err = run(
         "query",
         str(tmp_path / "p.kbpack"),
@@ -253,7 +245,7 @@ def test_a_pack_with_pieces_answers_with_chunks(
         "--max-distance",
         "2",
         "--model",
-        str(wide_model),
+        str(wide_model_200),
         "--json",
     )
     assert code == 0, err
@@ -267,16 +259,16 @@ def test_a_pack_with_pieces_answers_with_chunks(
 
 
 def test_pieces_are_the_default_and_no_pieces_turns_them_off(
-    corpus: Path, tmp_path: Path, wide_model: Path
+    corpus: Path, tmp_path: Path, wide_model_200: Path
 ) -> None:
-    assert build(corpus, tmp_path / "d.kbpack", wide_model)["counts"]["pieces"] > 0
-    report = build(corpus, tmp_path / "n.kbpack", wide_model, "--no-pieces")
+    assert build(corpus, tmp_path / "d.kbpack", wide_model_200)["counts"]["pieces"] > 0
+    report = build(corpus, tmp_path / "n.kbpack", wide_model_200, "--no-pieces")
     assert "pieces" not in report["counts"]
     with PackReader(tmp_path / "n.kbpack") as r:
         assert not r.has_pieces
     # update keeps a pack without pieces without them
     code, out, err = run(
-        "update", str(tmp_path / "n.kbpack"), str(corpus), "--model", str(wide_model), "--json"
+        "update", str(tmp_path / "n.kbpack"), str(corpus), "--model", str(wide_model_200), "--json"
     )
     assert code == 0, err
     assert "pieces" not in json.loads(out)["counts"]
@@ -291,15 +283,15 @@ def test_pieces_are_the_default_and_no_pieces_turns_them_off(
 
 
 def test_update_keeps_pieces_and_reuses_their_vectors(
-    corpus: Path, tmp_path: Path, wide_model: Path
+    corpus: Path, tmp_path: Path, wide_model_200: Path
 ) -> None:
-    first = build(corpus, tmp_path / "p.kbpack", wide_model, "--pieces")
+    first = build(corpus, tmp_path / "p.kbpack", wide_model_200, "--pieces")
     code, out, err = run(
         "update",
         str(tmp_path / "p.kbpack"),
         str(corpus),
         "--model",
-        str(wide_model),
+        str(wide_model_200),
         "--threads",
         "1",
         "--json",
@@ -316,9 +308,11 @@ def test_update_keeps_pieces_and_reuses_their_vectors(
 
 
 @pytest.fixture(scope="module")
-def pieces_pack(corpus: Path, tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
+def pieces_pack(
+    corpus: Path, tmp_path_factory: pytest.TempPathFactory, wide_model_200: Path
+) -> Path:
     out = tmp_path_factory.mktemp("pp") / "p.kbpack"
-    build(corpus, out, wide_model, "--pieces")
+    build(corpus, out, wide_model_200, "--pieces")
     return out
 
 
@@ -396,9 +390,9 @@ def test_the_independent_reader_reads_pieces(pieces_pack: Path) -> None:
 
 
 def test_diff_says_when_the_piece_level_differs(
-    pieces_pack: Path, corpus: Path, tmp_path: Path, wide_model: Path
+    pieces_pack: Path, corpus: Path, tmp_path: Path, wide_model_200: Path
 ) -> None:
-    build(corpus, tmp_path / "n.kbpack", wide_model, "--no-pieces")
+    build(corpus, tmp_path / "n.kbpack", wide_model_200, "--no-pieces")
     code, out, _ = run("diff", str(tmp_path / "n.kbpack"), str(pieces_pack), "--json")
     with PackReader(pieces_pack) as r:
         n = r.counts["pieces"]
@@ -406,10 +400,10 @@ def test_diff_says_when_the_piece_level_differs(
     assert f"sentence pieces none -> {n}" in json.loads(out)["differences"]
 
 
-def test_migrate_keeps_the_pieces(pieces_pack: Path, tmp_path: Path, wide_model: Path) -> None:
+def test_migrate_keeps_the_pieces(pieces_pack: Path, tmp_path: Path, wide_model_200: Path) -> None:
     out = tmp_path / "m.kbpack"
     code, _, err = run(
-        "migrate", str(pieces_pack), "-o", str(out), "--model", str(wide_model), "--json"
+        "migrate", str(pieces_pack), "-o", str(out), "--model", str(wide_model_200), "--json"
     )
     assert code == 0, err
     with PackReader(pieces_pack) as a, PackReader(out) as b:

@@ -115,37 +115,38 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pack(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
+    """The corpus built with the shared ``wide_model`` (conftest), the model of its queries."""
     root = tmp_path_factory.mktemp("corpus")
     for name, text in DOCS.items():
         (root / name).write_text(text)
-    model = build_tiny_gguf(root.parent / "wide.gguf", name="tiny-wide", window=256)
     out = root.parent / "docs.kbpack"
-    assert run("build", str(root), "-o", str(out), "--model", str(model), "--quiet")[0] == 0
+    assert run("build", str(root), "-o", str(out), "--model", str(wide_model), "--quiet")[0] == 0
     return out
 
 
-def query(pack: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def query(pack: Path, model: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     import json
 
-    model = str(pack.parent / "wide.gguf")
     code, out, err = run(
-        "query", str(pack), *args, "--json", "--max-distance", "2", "--model", model
+        "query", str(pack), *args, "--json", "--max-distance", "2", "--model", str(model)
     )
     assert code in (0, 3), err
     return code, json.loads(out)
 
 
 def test_rerank_reorders_the_same_results_by_the_cross_encoder(
-    pack: Path, cross_encoder: Path
+    pack: Path, cross_encoder: Path, wide_model: Path
 ) -> None:
     from kbpack.index.chunk import header
     from kbpack.model.rerank import rerank_text
 
     q = "how do I rotate the logs"
-    _, plain = query(pack, q, "-k", "6")
+    _, plain = query(pack, wide_model, q, "-k", "6")
     assert plain["lexical_only"] is False and plain["mode"] == "hybrid"
-    _, ranked = query(pack, q, "-k", "6", "--rerank", str(cross_encoder), "--rerank-top", "6")
+    _, ranked = query(
+        pack, wide_model, q, "-k", "6", "--rerank", str(cross_encoder), "--rerank-top", "6"
+    )
     before, after = plain["results"], ranked["results"]
     assert sorted(r["chunk"] for r in before) == sorted(r["chunk"] for r in after)
     scores = [r["rerank_score"] for r in after]
@@ -168,10 +169,14 @@ def test_rerank_reorders_the_same_results_by_the_cross_encoder(
         assert r["bm25_rank"] == by_chunk[r["chunk"]]["bm25_rank"]
 
 
-def test_rerank_top_limits_what_is_scored(pack: Path, cross_encoder: Path) -> None:
+def test_rerank_top_limits_what_is_scored(
+    pack: Path, cross_encoder: Path, wide_model: Path
+) -> None:
     q = "share one connection between threads"
-    _, plain = query(pack, q, "-k", "5")
-    _, ranked = query(pack, q, "-k", "5", "--rerank", str(cross_encoder), "--rerank-top", "2")
+    _, plain = query(pack, wide_model, q, "-k", "5")
+    _, ranked = query(
+        pack, wide_model, q, "-k", "5", "--rerank", str(cross_encoder), "--rerank-top", "2"
+    )
     after = ranked["results"]
     assert [r.get("rerank_score") is not None for r in after] == [True, True, False, False, False][
         : len(after)
@@ -180,7 +185,9 @@ def test_rerank_top_limits_what_is_scored(pack: Path, cross_encoder: Path) -> No
     assert {r["chunk"] for r in after[:2]} == {r["chunk"] for r in plain["results"][:2]}
 
 
-def test_refusal_stays_on_first_stage_scores(pack: Path, cross_encoder: Path) -> None:
+def test_refusal_stays_on_first_stage_scores(
+    pack: Path, cross_encoder: Path, wide_model: Path
+) -> None:
     """Whether the query is answered, and which chunks are listed, is the first stage's
     decision, whatever the cross-encoder thinks: refusal decides per query (issue 32), so a
     threshold that three chunks pass answers with the first stage's top k, and one that none
@@ -188,11 +195,11 @@ def test_refusal_stays_on_first_stage_scores(pack: Path, cross_encoder: Path) ->
     import json
 
     q = "rotate logs"
-    _, everything = query(pack, q, "--mode", "dense", "-k", "20")
+    _, everything = query(pack, wide_model, q, "--mode", "dense", "-k", "20")
     distances = sorted(r["distance"] for r in everything["results"])
     for cut, answered in (((distances[2] + distances[3]) / 2, True), (distances[0] / 2, False)):
         base = ("query", str(pack), q, "--mode", "dense", "-k", "20", "--json")
-        base += ("--max-distance", str(cut), "--model", str(pack.parent / "wide.gguf"))
+        base += ("--max-distance", str(cut), "--model", str(wide_model))
         _, plain, _ = run(*base)
         _, ranked, _ = run(*base, "--rerank", str(cross_encoder))
         docs = [json.loads(out) for out in (plain, ranked)]
@@ -222,7 +229,7 @@ def test_model_import_and_info_of_a_cross_encoder(tmp_path: Path) -> None:
 
 
 def test_eval_pairs_each_mode_with_itself_reranked(
-    pack: Path, cross_encoder: Path, tmp_path: Path
+    pack: Path, cross_encoder: Path, tmp_path: Path, wide_model: Path
 ) -> None:
     import json
 
@@ -234,7 +241,7 @@ def test_eval_pairs_each_mode_with_itself_reranked(
         {"id": "d", "query": "timezone offset", "needle": "%z in strftime"},
     ]
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    model = str(pack.parent / "wide.gguf")
+    model = str(wide_model)
     args = ["eval", str(pack), str(questions), "--mode", "hybrid", "-k", "1,5", "--ranks"]
     args += ["--model", model, "--rerank", str(cross_encoder), "--rerank-top", "5", "--json"]
     code, out, err = run(*args)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from cli_run import run
 from packs import SAMPLE, failed_doc, markdown_doc, write_pack
-from tiny_gguf import build_tiny_gguf
 
 from kbpack.ops.diff import diff_packs
 from kbpack.pack import format as F
@@ -39,19 +38,11 @@ def write_corpus(root: Path, docs: dict[str, str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random model with a 200-token window: chunks hold whole sentences, so chunk
-    differences read like the edit that caused them."""
-    out = tmp_path_factory.mktemp("wide") / "tiny-wide.gguf"
-    return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> tuple[Path, Path]:
-    """(source folder, pack built from it with wide_model)."""
+def base(tmp_path_factory: pytest.TempPathFactory, wide_model_200: Path) -> tuple[Path, Path]:
+    """(source folder, pack built from it with wide_model_200)."""
     tmp = tmp_path_factory.mktemp("diff")
     src = write_corpus(tmp / "src", CORPUS)
-    return src, build(src, tmp / "base.kbpack", wide_model)
+    return src, build(src, tmp / "base.kbpack", wide_model_200)
 
 
 def test_a_pack_has_the_same_content_as_itself(base: tuple[Path, Path]) -> None:
@@ -67,12 +58,12 @@ def test_a_pack_has_the_same_content_as_itself(base: tuple[Path, Path]) -> None:
 
 
 def test_two_builds_from_different_folders_are_the_same_content(
-    base: tuple[Path, Path], tmp_path: Path, wide_model: Path
+    base: tuple[Path, Path], tmp_path: Path, wide_model_200: Path
 ) -> None:
     """Build times and source paths as typed differ between builds; the content does not."""
     src, pack = base
     other = shutil.copytree(src, tmp_path / "elsewhere")
-    again = build(other, tmp_path / "again.kbpack", wide_model)
+    again = build(other, tmp_path / "again.kbpack", wide_model_200)
     with PackReader(pack) as a, PackReader(again) as b:
         assert a.strings(F.DOC_SOURCE_PATH) != b.strings(F.DOC_SOURCE_PATH)
     code, out, _ = run("diff", str(pack), str(again), "--json")
@@ -81,7 +72,7 @@ def test_two_builds_from_different_folders_are_the_same_content(
 
 
 def test_edited_added_and_removed_documents(
-    base: tuple[Path, Path], tmp_path: Path, wide_model: Path
+    base: tuple[Path, Path], tmp_path: Path, wide_model_200: Path
 ) -> None:
     _, pack = base
     changed = dict(CORPUS)
@@ -91,7 +82,7 @@ def test_edited_added_and_removed_documents(
     del changed["db.md"]
     changed["new.md"] = "# New\n\nA brand new document about backups.\n"
     new_src = write_corpus(tmp_path / "src", changed)
-    new = build(new_src, tmp_path / "new.kbpack", wide_model)
+    new = build(new_src, tmp_path / "new.kbpack", wide_model_200)
 
     code, out, _ = run("diff", str(pack), str(new), "--json")
     assert code == 1

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from cli_run import run
 from test_update import CORPUS, build_json, update_json, write_corpus
-from tiny_gguf import build_tiny_gguf
 
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
@@ -42,23 +40,17 @@ def test_word_diff_keeps_far_apart_changes_in_separate_passages() -> None:
     assert [p.text for p in word_diff("x y", "")] == ["[-x y-]"]
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wide") / "tiny-wide.gguf"
-    return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
-
-
 def test_diff_shows_the_edited_paragraph_and_no_internal_counters(
-    tmp_path: Path, model: Path
+    tmp_path: Path, wide_model_200: Path
 ) -> None:
     long = "# Rotating logs\n\n" + FILLER + " Logs grow without bound unless rotated.\n\n"
     src = write_corpus(tmp_path / "a", {**CORPUS, "logs.md": long + "## Limits\n\nSet it.\n"})
-    build_json(src, tmp_path / "old.kbpack", model)
+    build_json(src, tmp_path / "old.kbpack", wide_model_200)
     (src / "logs.md").write_text(
         (src / "logs.md").read_text().replace("unless rotated", "unless rotated daily")
     )
     (src / "more.md").write_text("# More\n\nA new page about tape backups and restores.\n")
-    build_json(src, tmp_path / "new.kbpack", model)
+    build_json(src, tmp_path / "new.kbpack", wide_model_200)
 
     code, out, _ = run("diff", str(tmp_path / "old.kbpack"), str(tmp_path / "new.kbpack"))
     assert code == 1
@@ -114,14 +106,14 @@ def new_chunk_tokens(old: Path, new: Path) -> list[int]:
     return [t for text, t in chunks(new) if text not in before]
 
 
-def test_update_counts_agree(tmp_path: Path, model: Path) -> None:
+def test_update_counts_agree(tmp_path: Path, wide_model_200: Path) -> None:
     src = write_corpus(tmp_path / "src", CORPUS)
     old = tmp_path / "old.kbpack"
-    build_json(src, old, model)
+    build_json(src, old, wide_model_200)
     logs = src / "logs.md"
     logs.write_text(logs.read_text().replace("unless rotated", "unless rotated daily"))
     new = tmp_path / "new.kbpack"
-    report = update_json(old, src, model, "-o", str(new))
+    report = update_json(old, src, wide_model_200, "-o", str(new))
     # the tokens reported are those of the chunk texts the model read, no more
     fresh = new_chunk_tokens(old, new)
     assert report["vectors_embedded"] == len(fresh) == 1
@@ -129,7 +121,7 @@ def test_update_counts_agree(tmp_path: Path, model: Path) -> None:
 
     logs.write_text(logs.read_text().replace("daily", "weekly"))
     code, out, err = run(
-        "update", str(new), str(src), "--model", str(model), "--threads", "1", "-o",
+        "update", str(new), str(src), "--model", str(wide_model_200), "--threads", "1", "-o",
         str(tmp_path / "third.kbpack"),
     )  # fmt: skip
     assert code == 0, err

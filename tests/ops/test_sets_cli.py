@@ -26,12 +26,9 @@ def run(*args: object) -> Result:
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
+def whole(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
     root = tmp_path_factory.mktemp("sets")
-    model = build_tiny_gguf(root / "wide.gguf", name="wide", window=256)
-    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", model)
+    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", wide_model)
 
 
 @pytest.fixture
@@ -132,7 +129,7 @@ def test_sign_and_inspect_a_whole_set(members: list[Path], tmp_path: Path) -> No
 
 
 def test_split_recuts_a_set_without_reembedding(
-    whole: Path, members: list[Path], tmp_path: Path
+    whole: Path, members: list[Path], tmp_path: Path, wide_model: Path
 ) -> None:
     out = tmp_path / "small"
     report = recut(members, out, 200 * 1024)  # the CLI's smallest size is 1M
@@ -142,7 +139,7 @@ def test_split_recuts_a_set_without_reembedding(
     assert all(p.stat().st_size <= 200 * 1024 for p in new)
     assert documents(new) == documents([whole])
     assert run("verify", *new).exit_code == 0
-    model = whole.parent / "wide.gguf"
+    model = wide_model
     with kbpack.open_many(new, model=model) as s, kbpack.open(whole, model=model) as w:
         got = s.search("deploy region timeout", k=5, refuse=False)
         want = w.search("deploy region timeout", k=5, refuse=False)

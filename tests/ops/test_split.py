@@ -56,12 +56,9 @@ def corpus() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
+def whole(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
     root = tmp_path_factory.mktemp("split")
-    model = build_tiny_gguf(root / "wide.gguf", name="wide", window=256)
-    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", model)
+    return build_pack(write_folder(root / "src", corpus()), root / "whole.kbpack", wide_model)
 
 
 def test_sizes_parse() -> None:
@@ -98,10 +95,12 @@ def test_members_are_complete_packs_under_the_size(whole: Path, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("query", ["rotate logs handler", "E-1017", "deploy region timeout"])
-def test_the_set_searches_as_the_whole_pack(whole: Path, tmp_path: Path, query: str) -> None:
+def test_the_set_searches_as_the_whole_pack(
+    whole: Path, tmp_path: Path, query: str, wide_model: Path
+) -> None:
     report = split_pack(whole, tmp_path / "set.kbpack", 250 * 1024)
     paths = [m["path"] for m in report.members]
-    model = whole.parent / "wide.gguf"
+    model = wide_model
     with kbpack.open_many(paths, model=model) as s, kbpack.open(whole, model=model) as w:
         for mode in ("bm25", "hybrid"):
             got = s.search(query, k=8, mode=mode, refuse=False)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
-from tiny_gguf import build_tiny_gguf
 
 from kbpack.pack import format as F
 from kbpack.pack.read import PackReader
@@ -29,13 +28,6 @@ def write_corpus(root: Path, docs: dict[str, str]) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random model with a window wide enough for whole sentences."""
-    out = tmp_path_factory.mktemp("wide") / "tiny-wide.gguf"
-    return build_tiny_gguf(out, name="tiny-wide", positions=256, window=200)
 
 
 def build_json(src: Path, out: Path, model: Path, *extra: str) -> dict:
@@ -59,14 +51,14 @@ def diff_code(a: Path, b: Path) -> tuple[int, dict]:
 
 
 @pytest.fixture
-def built(tmp_path: Path, model: Path) -> tuple[Path, Path, dict]:
+def built(tmp_path: Path, wide_model_200: Path) -> tuple[Path, Path, dict]:
     src = write_corpus(tmp_path / "src", CORPUS)
-    report = build_json(src, tmp_path / "old.kbpack", model)
+    report = build_json(src, tmp_path / "old.kbpack", wide_model_200)
     return src, tmp_path / "old.kbpack", report
 
 
 def test_update_after_edits_equals_a_fresh_build_and_reuses(
-    built: tuple[Path, Path, dict], tmp_path: Path, model: Path
+    built: tuple[Path, Path, dict], tmp_path: Path, wide_model_200: Path
 ) -> None:
     src, old, first = built
     logs = src / "logs.md"
@@ -74,8 +66,8 @@ def test_update_after_edits_equals_a_fresh_build_and_reuses(
     (src / "db.md").unlink()
     write_corpus(src, {"guide/new.md": "# New\n\nBackups run at midnight.\n"})
 
-    report = update_json(old, src, model, "-o", str(tmp_path / "updated.kbpack"))
-    fresh = build_json(src, tmp_path / "fresh.kbpack", model)
+    report = update_json(old, src, wide_model_200, "-o", str(tmp_path / "updated.kbpack"))
+    fresh = build_json(src, tmp_path / "fresh.kbpack", wide_model_200)
 
     # notes.txt and guide/install.md came from the old pack: no extraction, no embedding
     assert report["reused_documents"] == 2
@@ -96,11 +88,11 @@ def test_update_after_edits_equals_a_fresh_build_and_reuses(
 
 
 def test_update_with_nothing_changed_embeds_nothing_and_replaces_in_place(
-    built: tuple[Path, Path, dict], tmp_path: Path, model: Path
+    built: tuple[Path, Path, dict], tmp_path: Path, wide_model_200: Path
 ) -> None:
     src, old, first = built
     keep = shutil.copy(old, tmp_path / "before.kbpack")
-    report = update_json(old, src, model)  # no -o: PACK itself is replaced, atomically
+    report = update_json(old, src, wide_model_200)  # no -o: PACK itself is replaced, atomically
     assert report["path"] == str(old)
     assert report["vectors_embedded"] == 0
     assert report["reused_documents"] == first["counts"]["documents_ok"] == 4
@@ -126,14 +118,17 @@ def test_update_with_another_model_reuses_nothing(
 
 
 def test_a_newer_extractor_makes_documents_extracted_again(
-    built: tuple[Path, Path, dict], tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+    built: tuple[Path, Path, dict],
+    tmp_path: Path,
+    wide_model_200: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The old pack's md documents were extracted by md v1; pretend this kbpack has md v2."""
     from kbpack.extract.common import EXTRACTOR_VERSIONS
 
     src, old, _ = built
     monkeypatch.setitem(EXTRACTOR_VERSIONS, "md", EXTRACTOR_VERSIONS["md"] + 1)
-    report = update_json(old, src, model, "-o", str(tmp_path / "new.kbpack"))
+    report = update_json(old, src, wide_model_200, "-o", str(tmp_path / "new.kbpack"))
     assert report["reused_documents"] == 1  # notes.txt only: txt is still v1
 
 
@@ -152,9 +147,11 @@ def test_update_of_a_bm25_only_pack(tmp_path: Path) -> None:
     assert diff_code(pack, fresh)[0] == 0
 
 
-def test_update_of_a_missing_pack_fails_in_one_line(tmp_path: Path, model: Path) -> None:
+def test_update_of_a_missing_pack_fails_in_one_line(tmp_path: Path, wide_model_200: Path) -> None:
     src = write_corpus(tmp_path / "src", {"a.md": "# A\n\ntext\n"})
-    code, out, err = run("update", str(tmp_path / "nope.kbpack"), str(src), "--model", str(model))
+    code, out, err = run(
+        "update", str(tmp_path / "nope.kbpack"), str(src), "--model", str(wide_model_200)
+    )
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
         f"kbpack: error: {tmp_path / 'nope.kbpack'}: no such file; check the path"

@@ -134,14 +134,11 @@ def test_piece_scores_equal_the_float32_reference(stored: Stored) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_pack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def tiny_pack(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> tuple[Path, Path]:
     """(pack, model): a small pack built by the tiny test model."""
-    from tiny_gguf import build_tiny_gguf
-
     root = tmp_path_factory.mktemp("dense")
-    model = build_tiny_gguf(root / "wide.gguf", name="wide", window=256)
-    pack = build_pack(write_folder(root / "a", PART_A), root / "a.kbpack", model)
-    return pack, model
+    pack = build_pack(write_folder(root / "a", PART_A), root / "a.kbpack", wide_model)
+    return pack, wide_model
 
 
 def test_a_pack_is_scanned_in_place(tiny_pack: tuple[Path, Path]) -> None:

@@ -355,12 +355,21 @@ def test_every_finding_code_is_documented_and_every_documented_code_is_used() ->
         pipeline,
         signature,
     )
-    from kbpack.verify.invariants import bm25, copies, pieces, row_digests, text, vectors
+    from kbpack.verify.invariants import (
+        bm25,
+        bm25_dense,
+        copies,
+        manifest,
+        pieces,
+        row_digests,
+        text,
+        vectors,
+    )
 
     emitted: set[str] = set()
     # every module that emits verify findings
     modules = [pipeline, file_bytes, signature, sandbox, structure, examine, exam_state]
-    modules += [digests, text, vectors, pieces, copies, row_digests, bm25]
+    modules += [digests, text, manifest, vectors, pieces, copies, row_digests, bm25, bm25_dense]
     modules += [set_publish]  # a set member's findings on its siblings
     for module in modules:
         tree = ast.parse(Path(module.__file__ or "").read_text())

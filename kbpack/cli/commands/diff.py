@@ -10,23 +10,15 @@ import click
 from kbpack.cli.commands.common import emit_json, human_size, say, table
 from kbpack.cli.options import file_path, json_option
 from kbpack.errors import Exit
+from kbpack.pack import format as F
 from kbpack.runtime.terminal import printable
 
 PREVIEW = 72  # characters of a chunk shown per line
 MAX_PASSAGES = 20  # changed passages shown per document; the rest are counted
-# the counts a reader of the summary cares about (terms_plus_one, terms_bytes, postings, ... are
-# the format's bookkeeping: in --json, not here)
-SHOWN_COUNTS = (  # "documents" is the line above them
-    "documents_ok",
-    "documents_failed",
-    "documents_skipped",
-    "sections",
-    "pages",
-    "chunks",
-    "vectors",
-    "pieces",
-    "terms",
-)
+# the counts a reader of the summary cares about: the format's counts less its bookkeeping (in
+# --json, not here) and "documents" (the line above them), and of the optional counts, pieces
+BOOKKEEPING_COUNTS = {"documents", "terms_plus_one", "terms_bytes", "postings", "model_bytes"}
+SHOWN_COUNTS = frozenset(F.COUNT_KEYS) - BOOKKEEPING_COUNTS | {"pieces"}
 
 
 @click.command()

@@ -1,2 +1,4 @@
 """Verify step 5, the invariants: one module per part of the pack, each a mixin of ``ExamState``
-(``text``: documents, sections, pages, chunks, counts; ``vectors``; ``pieces``; ``bm25``)."""
+(``manifest``: root stamps, element attributes, counts; ``text``: documents, sections, pages,
+chunks; ``vectors``; ``pieces``; ``bm25`` with ``bm25_dense``). The optional groups share
+``ExamState._optional_group``, their count in the manifest exactly when the group is there."""

@@ -1,6 +1,6 @@
 """Verify step 5, **BM25**: parameters, vocabulary, postings and document lengths for every chunk,
-the common terms' dense rows against the postings, and the postings of (a sample of) chunks
-against their content re-tokenised.
+the common terms' dense rows against the postings (``bm25_dense.py``), and the postings of (a
+sample of) chunks against their content re-tokenised.
 
 Re-tokenising costs ~0.2 s per MB of text, so by default a random sample of chunks is
 re-tokenised (``ExamState.bm25_sample``; every chunk in smaller packs or with --deep).
@@ -17,13 +17,12 @@ from typing import Any, Literal
 import numpy as np
 
 from kbpack.pack import format as F
-from kbpack.pack.bm25_store import dense_rows
 from kbpack.text.analyze import ANALYZERS
-from kbpack.verify.exam_state import MAX_ROWS_SHOWN, ExamState
-from kbpack.verify.report import HEADER
+from kbpack.verify.exam_state import MAX_ROWS_SHOWN
+from kbpack.verify.invariants.bm25_dense import DenseRowInvariants
 
 
-class Bm25Invariants(ExamState):
+class Bm25Invariants(DenseRowInvariants):
     """Step 5 on the BM25 parameters, vocabulary and postings."""
 
     def _check_bm25(self) -> None:
@@ -122,47 +121,6 @@ class Bm25Invariants(ExamState):
         self._check_dense(indptr, chunk, tf, n_chunks)
         self._retokenise(terms, indptr, chunk, tf, doc_len)
 
-    def _check_dense(
-        self, indptr: np.ndarray, chunk: np.ndarray, tf: np.ndarray, n_chunks: int
-    ) -> None:
-        """Spec §3.7.1: ``/bm25/dense_terms`` holds exactly the terms of the rule and each row
-        of ``/bm25/dense_tf`` equals that term's postings (a query reads them instead of the
-        postings, so a wrong row would rank silently), counted in the manifest."""
-        held = [p for p in (F.BM25_DENSE_TERMS, F.BM25_DENSE_TF) if p in self.readable]
-        for path in (F.BM25_DENSE_TERMS, F.BM25_DENSE_TF):
-            key = path.rsplit("/", 1)[1]
-            if (path in held) != (key in self.counts):
-                what = "is present, uncounted" if path in held else "is counted, absent"
-                self.add("count-mismatch", f"{HEADER}/counts/{key}", f"{path} {what}")
-        if len(held) == 1:
-            self.add("bm25-dense", held[0], "dense_terms and dense_tf come together")
-        rows, dense = self._col(F.BM25_DENSE_TERMS), self._col(F.BM25_DENSE_TF)
-        if len(held) < 2 or rows is None or dense is None:
-            return
-        want_rows, want = dense_rows(indptr, chunk, tf, n_chunks)
-        if rows.tolist() != want_rows.tolist():
-            extra = sorted(set(rows.tolist()) ^ set(want_rows.tolist()))[:1]
-            self.add(
-                "bm25-dense",
-                F.BM25_DENSE_TERMS,
-                f"{len(rows)} terms, the rule picks {len(want_rows)}"
-                + (f" (term row {extra[0]} differs)" if extra else " (order differs)"),
-            )
-            return
-        if dense.shape != want.shape:
-            self.add("bm25-dense", F.BM25_DENSE_TF, f"{dense.size} values, need {want.size}")
-            return
-        bad = np.flatnonzero(dense != want)
-        if bad.size:
-            j, c = divmod(int(bad[0]), max(1, n_chunks))
-            self.add(
-                "bm25-dense",
-                F.BM25_DENSE_TF,
-                f"term row {int(rows[j])}, chunk {c}: tf {int(dense[bad[0]])}, its postings say "
-                f"{int(want[bad[0]])}" + (f" (and {bad.size - 1} more)" if bad.size > 1 else ""),
-            )
-        self.stats["bm25_dense_terms"] = len(rows)
-
     def _check_terms(self, blob: np.ndarray, offsets: np.ndarray) -> list[bytes] | None:
         path = F.BM25_TERMS_OFFSETS
         if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(blob):
@@ -226,18 +184,8 @@ class Bm25Invariants(ExamState):
             return
         doc, start, end = cols
         n = len(doc)
-        if self.bm25_sample is None or n <= self.bm25_sample:
-            sample = np.arange(n)
-        else:
-            rng = np.random.default_rng(secrets.randbits(64))
-            sample = np.sort(rng.choice(n, self.bm25_sample, replace=False))
-        if len(sample) == n:
-            sel = np.argsort(chunk, kind="stable")  # every posting, grouped by chunk
-        else:  # only the sample's postings: no sort of all of them
-            mark = np.zeros(n, dtype=bool)
-            mark[sample] = True
-            sel = np.flatnonzero(mark[chunk])
-            sel = sel[np.argsort(chunk[sel], kind="stable")]
+        sample = _sample_chunks(n, self.bm25_sample)
+        sel = _postings_of(sample, chunk, n)
         sel_chunk = chunk[sel]
         term_of = np.searchsorted(indptr, sel, side="right") - 1
         tf_of = tf[sel]
@@ -324,6 +272,26 @@ class Bm25Invariants(ExamState):
             return header(title, path[::-1])
 
         return header_of
+
+
+def _sample_chunks(n: int, size: int | None) -> np.ndarray:
+    """The chunk rows re-tokenised, ascending: every one of ``n``, or ``size`` of them at random
+    (``size`` None: every chunk)."""
+    if size is None or n <= size:
+        return np.arange(n)
+    rng = np.random.default_rng(secrets.randbits(64))
+    return np.sort(rng.choice(n, size, replace=False))
+
+
+def _postings_of(sample: np.ndarray, chunk: np.ndarray, n: int) -> np.ndarray:
+    """The posting rows of the ``sample``'s chunks (of ``n``), grouped by chunk ascending."""
+    if len(sample) == n:
+        return np.argsort(chunk, kind="stable")  # every posting, grouped by chunk
+    # only the sample's postings: no sort of all of them
+    mark = np.zeros(n, dtype=bool)
+    mark[sample] = True
+    sel = np.flatnonzero(mark[chunk])
+    return sel[np.argsort(chunk[sel], kind="stable")]
 
 
 def _num(x: Any) -> bool:

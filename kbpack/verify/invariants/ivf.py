@@ -11,23 +11,14 @@ from __future__ import annotations
 from kbpack.pack import format as F
 from kbpack.pack.ivf import check_index
 from kbpack.verify.exam_state import ExamState
-from kbpack.verify.report import HEADER
 
 
 class IvfInvariants(ExamState):
     """Step 5 on ``/ivf``."""
 
     def _check_ivf(self) -> None:
-        if F.IVF not in self.readable:
-            if "ivf_lists" in self.counts and F.IVF not in self.in_file:
-                self.add(
-                    "count-mismatch",
-                    f"{HEADER}/counts/ivf_lists",
-                    "the manifest counts IVF lists, the pack has no /ivf",
-                )
+        if not self._optional_group(F.IVF, "ivf_lists", "IVF lists", unreadable_is_absent=False):
             return
-        if "ivf_lists" not in self.counts:
-            self.add("count-mismatch", f"{HEADER}/counts/ivf_lists", "/ivf is present, uncounted")
         if F.VEC_DATA not in self.readable:
             self.add("ivf", F.IVF, "an IVF index in a pack without /vectors/data")
             return
