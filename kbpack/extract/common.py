@@ -18,8 +18,9 @@ MEDIA_TYPES: dict[str, str] = {
 }
 
 # kbpack's own extraction logic per format: bump when a change alters text or structure, so
-# packs built with the older logic can be found and rebuilt. HTML 4: links and anchors (same text).
-EXTRACTOR_VERSIONS: dict[str, int] = {"md": 1, "txt": 1, "html": 4, "pdf": 2, "docx": 2}
+# packs built with the older logic can be found and rebuilt. HTML 4: links and anchors (same text);
+# HTML 5: a numbered <title> no longer replaces a numbered first heading (it adds the site name).
+EXTRACTOR_VERSIONS: dict[str, int] = {"md": 1, "txt": 1, "html": 5, "pdf": 2, "docx": 2}
 
 # The formats with no third-party parser are extracted by kbpack alone.
 _OWN = {"md", "txt", "html"}

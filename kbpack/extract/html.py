@@ -483,7 +483,14 @@ def extract_html(html: str) -> tuple[TextBuilder, str | None]:
     parser.close()
     page_title = one_line("".join(parser.page_title)) or None
     title = parser.first_h1 or page_title
-    if page_title and parser.first_h1 and says_nothing(parser.first_h1):
+    # a numbered <title> names no more than the heading: Sphinx's "6. Best Packaging Practices
+    # — developers-reference 12.18 documentation" only adds the site's name
+    if (
+        page_title
+        and parser.first_h1
+        and says_nothing(parser.first_h1)
+        and not says_nothing(page_title)
+    ):
         title = page_title
     return parser.out, title
 

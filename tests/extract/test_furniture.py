@@ -94,6 +94,13 @@ def test_a_numbered_first_heading_gives_way_to_the_page_title(tmp_path: Path) ->
     # "A Tour" is a title, not "A." numbering
     tour = sqlite.replace("1. Overview", "A Tour of WAL")
     assert extracted(tmp_path, tour).title == "A Tour of WAL"
+    # a <title> as numbered as the heading adds only the site's name (Sphinx, DocBook)
+    sphinx = (
+        "<html><head><title>6. Best Packaging Practices &#8212; developers-reference 12.18 "
+        "documentation</title></head><body><h1>6. Best Packaging Practices</h1><p>Use debhelper."
+        "</p></body></html>"
+    )
+    assert extracted(tmp_path, sphinx).title == "6. Best Packaging Practices"
 
 
 def test_private_use_glyphs_are_dropped_from_html_headings(tmp_path: Path) -> None:
