@@ -47,7 +47,6 @@ from kbpack.pack.write_child import (
 from kbpack.pack.write_hdf5 import PackFile
 from kbpack.pack.write_spools import Spools
 from kbpack.pack.write_tables import (
-    DOC_STR,
     ChunkLike,
     DocumentTables,
     PieceLike,
@@ -221,41 +220,16 @@ class PackWriter:
     def n_chunks(self) -> int:
         return self._tables.n_chunks
 
+    def _model_bytes(self) -> int:
+        return self.gguf.stat().st_size if (self.gguf and self.model) else 0
+
     def _incompressible_bytes(self) -> int:
         """What the pack surely takes: text, vectors and model are stored uncompressed."""
-        model = self.gguf.stat().st_size if (self.gguf and self.model) else 0
-        vectors = (self._tables.n_vectors + self._tables.n_pieces) * (self.dims or 0) * 2
-        return sum(self._tables.text_lens) + vectors + model
+        return self._tables.incompressible_bytes(self.dims, self._model_bytes())
 
     def estimated_bytes(self) -> int:
-        """About how many bytes the pack will take: text and vectors as they are, postings and
-        offsets at their measured format-2 compression (about 1/6; 1/4 here, to err high)."""
-        postings = self._postings
-        n_postings = int(postings.chunk.size) if postings is not None else 0
-        terms = sum(len(t.encode()) + 16 for t in postings.terms) if postings else 0
-        model = self.gguf.stat().st_size if (self.gguf and self.model) else 0
-        n_strings = len(self._tables.text_lens) * len(DOC_STR) + self._tables.n_sections
-        from kbpack.pack.bm25_store import DENSE_SHARE
-
-        # the common terms' dense tf rows, uncompressed: one byte per chunk each
-        df = np.diff(np.asarray(postings.indptr)) if postings is not None else np.zeros(0)
-        dense = (
-            int((df * DENSE_SHARE >= max(1, self._tables.n_chunks)).sum()) * self._tables.n_chunks
-        )
-        return (
-            F.USERBLOCK_SIZE
-            + 256 * 1024  # HDF5 metadata: object headers, chunk indexes (golden pack: ~150 KB)
-            + n_strings * 32  # a string's heap reference and heap object header
-            + sum(self._tables.text_lens)
-            + (self._tables.n_vectors + self._tables.n_pieces) * (self.dims or 0) * 2
-            + self._tables.n_pieces * 20 // 4  # piece offsets
-            + model
-            + (n_postings * 8 + terms) // 4
-            + dense
-            + self._tables.n_chunks * 40 // 4
-            + self._tables.n_sections * 40
-            + len(self._tables.text_lens) * 256  # names, paths, hashes, titles
-        )
+        """About how many bytes the pack will take (``DocumentTables.estimated_bytes``)."""
+        return self._tables.estimated_bytes(self._postings, self.dims, self._model_bytes())
 
     # -- finishing ---------------------------------------------------------------------------
     def commit(self) -> CommitResult:

@@ -1,5 +1,6 @@
 """The rows a pack writer keeps in memory while documents stream in (documents, sections, pages,
-chunks, pieces, links), the checks of what a document may hold, and the links resolved at commit."""
+chunks, pieces, links), the checks of what a document may hold, the links resolved at commit, and
+the estimate of the pack's size drawn from them."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def check_pieces(doc: Document, chunks: Sequence[ChunkLike], pieces: Sequence[Pi
 
 class DocumentTables:
     """The in-memory columns of the documents added so far (the text and vectors are spooled:
-    ``write_spools``); ``add`` appends one document's rows."""
+    ``write_spools``); ``add`` appends one document's rows, ``estimated_bytes`` sizes the pack."""
 
     def __init__(self) -> None:
         self.piece = {k: Column(t) for k, t in PIECE_COLS.items()}
@@ -203,6 +204,38 @@ class DocumentTables:
             if doc.anchors:
                 self.anchors[doc.name] = dict(doc.anchors)
         return row
+
+    def incompressible_bytes(self, dims: int | None, model: int) -> int:
+        """What the pack surely takes: text, vectors and ``model`` (the GGUF's bytes) are
+        stored uncompressed."""
+        vectors = (self.n_vectors + self.n_pieces) * (dims or 0) * 2
+        return sum(self.text_lens) + vectors + model
+
+    def estimated_bytes(self, postings: PostingsLike | None, dims: int | None, model: int) -> int:
+        """About how many bytes the pack will take: text and vectors as they are, postings and
+        offsets at their measured format-2 compression (about 1/6; 1/4 here, to err high)."""
+        n_postings = int(postings.chunk.size) if postings is not None else 0
+        terms = sum(len(t.encode()) + 16 for t in postings.terms) if postings else 0
+        n_strings = len(self.text_lens) * len(DOC_STR) + self.n_sections
+        from kbpack.pack.bm25_store import DENSE_SHARE
+
+        # the common terms' dense tf rows, uncompressed: one byte per chunk each
+        df = np.diff(np.asarray(postings.indptr)) if postings is not None else np.zeros(0)
+        dense = int((df * DENSE_SHARE >= max(1, self.n_chunks)).sum()) * self.n_chunks
+        return (
+            F.USERBLOCK_SIZE
+            + 256 * 1024  # HDF5 metadata: object headers, chunk indexes (golden pack: ~150 KB)
+            + n_strings * 32  # a string's heap reference and heap object header
+            + sum(self.text_lens)
+            + (self.n_vectors + self.n_pieces) * (dims or 0) * 2
+            + self.n_pieces * 20 // 4  # piece offsets
+            + model
+            + (n_postings * 8 + terms) // 4
+            + dense
+            + self.n_chunks * 40 // 4
+            + self.n_sections * 40
+            + len(self.text_lens) * 256  # names, paths, hashes, titles
+        )
 
     def resolved_links(self) -> dict[str, Any] | None:
         """The ``/links`` columns (spec §3.12): each link whose target is an ``ok`` document
