@@ -12,6 +12,12 @@ reads none) have their global heap references checked before HDF5 follows them
 
 Hashing every byte is ``verify``'s job: the reader checks sizes, not digests, so that opening a
 large pack for a query stays fast.
+
+``PackReader`` opens and holds the file; the reads are its collaborators', over the one open
+file and one memo: ``read_heap.HeapRowCheck`` (string rows' heap references),
+``read_columns.ColumnReader`` (columns, rows, datasets, attributes), ``read_strings.StringReader``
+(string rows, texts), ``read_meta.PackSettings`` (the stamped settings) and
+``read_elements.ElementReader`` (vectors and the optional elements).
 """
 
 from __future__ import annotations

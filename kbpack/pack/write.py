@@ -8,7 +8,9 @@ bytes are hashed, the manifest is written into the user block, and the temp file
 leaves at most a hidden ``.NAME.tmp-*`` file beside it, never a partial pack.
 
 The writer is a small state machine (open -> adding -> committed | aborted) and refuses calls
-out of order.
+out of order. ``PackWriter`` runs it and the commit's stamping and publishing; its collaborators
+hold the spools (``write_spools.Spools``), the rows (``write_tables.DocumentTables``) and write
+the HDF5 file in the HDF5 child (``write_hdf5.PackFile``).
 """
 
 from __future__ import annotations
