@@ -1,5 +1,8 @@
-"""Checked HDF5 access: every HDF5 error as one ``PackError`` line naming the file (and the
-element), and the dataset whose part reads refuse a damaged chunk (``CheckedDataset``)."""
+"""Checked HDF5 access: HDF5 errors as one-line PackErrors, and part reads that refuse damage.
+
+``hdf5_errors`` names the file (and the element) in the line; ``CheckedDataset`` checks each
+HDF5 chunk's filter mask before a part read and a whole read against the manifest's digest.
+"""
 
 from __future__ import annotations
 

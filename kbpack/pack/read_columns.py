@@ -1,5 +1,8 @@
-"""Whole and part reads of a pack's datasets and attributes, each checked: against the
-manifest's digests, the filter masks, and (columns of row numbers) the rows they point at."""
+"""Checked reads of a pack's numeric columns, single rows, datasets and attributes.
+
+Each is checked against the manifest's digests (whole reads) or the filter masks (part reads),
+and a column of row numbers against the rows it points at.
+"""
 
 from __future__ import annotations
 

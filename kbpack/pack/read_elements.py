@@ -1,5 +1,8 @@
-"""The vector levels and the optional elements read from a pack: chunk and piece vectors, the
-IVF index, copy groups, links, BM25's dense rows and the embedded model."""
+"""Reads of the vectors and the optional elements of a pack.
+
+Chunk and piece vectors, the IVF index, copy groups, links, BM25's dense rows and the embedded
+model.
+"""
 
 from __future__ import annotations
 

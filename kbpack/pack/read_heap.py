@@ -1,5 +1,7 @@
-"""The check of string rows' global heap references before HDF5 follows them (for a state whose
-rows nothing proved yet: ``PackReader.rows_checked_as_read``)."""
+"""The check of string rows' global heap references before HDF5 follows them.
+
+For a state whose rows nothing proved yet (``PackReader.rows_checked_as_read``).
+"""
 
 from __future__ import annotations
 

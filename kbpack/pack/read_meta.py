@@ -1,5 +1,7 @@
-"""A pack's stamped settings, read from its digest-checked attributes and each checked as it is
-read: versions, the model identity, search defaults, chunking, BM25's analyzer and parameters."""
+"""A pack's stamped settings, each checked as it is read from the digest-checked attributes.
+
+Versions, the model identity, search defaults, chunking, BM25's analyzer and parameters.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""String rows read and checked: whole columns against the manifest's digest, single rows
-against their row digests (spec §3.11), document texts against their SHA-256."""
+"""Checked reads of string rows: whole columns, single rows and documents' texts.
+
+Whole columns against the manifest's digest, single rows against their row digests (spec
+§3.11), document texts against their SHA-256.
+"""
 
 from __future__ import annotations
 

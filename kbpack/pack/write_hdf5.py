@@ -1,5 +1,8 @@
-"""The HDF5 file of a pack being committed: its groups and attributes, and every dataset written
-from the writer's tables and spools in the spec's order, each digested as written."""
+"""The HDF5 file of a pack being committed, written in the HDF5 child.
+
+Its groups and attributes, and every dataset written from the writer's tables and spools in the
+spec's order, each digested as written.
+"""
 
 from __future__ import annotations
 

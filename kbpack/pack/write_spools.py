@@ -1,5 +1,7 @@
-"""The spool files a pack writer streams documents' text, vectors and piece vectors into, beside
-its temp file, until the commit copies them into HDF5."""
+"""The spool files a pack writer streams texts and vectors into until the commit.
+
+Beside its temp file; the commit copies them into HDF5.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The rows a pack writer keeps in memory while documents stream in (documents, sections, pages,
-chunks, pieces, links), the checks of what a document may hold, the links resolved at commit, and
-the estimate of the pack's size drawn from them."""
+"""The rows a pack writer keeps in memory while documents stream in, and their checks.
+
+Documents, sections, pages, chunks, pieces and links; the checks of what a document may hold,
+the links resolved at commit, and the estimate of the pack's size drawn from the rows.
+"""
 
 from __future__ import annotations
 
