@@ -70,7 +70,7 @@ def inject(phase: str, err: int, out: Path) -> Iterator[None]:
     import builtins
 
     from kbpack.ops import build
-    from kbpack.pack import write
+    from kbpack.pack import write, write_hdf5, write_spools
 
     if phase == "discover":  # reading the source folders
         f = _failing(err, lambda sources, *a, **k: sources[0])
@@ -95,7 +95,8 @@ def inject(phase: str, err: int, out: Path) -> Iterator[None]:
             f = real_open(path, *a, **k)
             return _FaultyFile(f, err) if str(path).endswith(".text") else f
 
-        with _patched(write, "open", open_) if hasattr(write, "open") else _set(write, open_):
+        spools = write_spools
+        with _patched(spools, "open", open_) if hasattr(spools, "open") else _set(spools, open_):
             yield
     elif phase == "embed":  # the model file cannot be read while embedding
         f = _failing(err, lambda embedder, *a, **k: embedder.path)
@@ -104,8 +105,8 @@ def inject(phase: str, err: int, out: Path) -> Iterator[None]:
             yield
     elif phase == "hdf5":  # a dataset write fails inside the HDF5 child
         f = _failing(err, lambda h, path, **k: h.filename, after=4)
-        f.real = write.create_dataset  # type: ignore[attr-defined]
-        with _patched(write, "create_dataset", f):
+        f.real = write_hdf5.create_dataset  # type: ignore[attr-defined]
+        with _patched(write_hdf5, "create_dataset", f):
             yield
     elif phase == "header":  # the manifest into the user block
         f = _failing(err, lambda path, *a, **k: path)
@@ -167,7 +168,7 @@ def trace(log: Path, out: Path, kill: tuple[str, int, float, int] | None = None)
     import time
 
     from kbpack.ops import build
-    from kbpack.pack import write
+    from kbpack.pack import write, write_hdf5
 
     writer = os.getpid()
     seen = {"n": 0}
@@ -224,7 +225,7 @@ def trace(log: Path, out: Path, kill: tuple[str, int, float, int] | None = None)
         stack.enter_context(_patched(build, "_embed", wrapped("embed", build._embed)))
         stack.enter_context(_patched(write.PackWriter, "add_document", wrapped("spool", real_add)))
         stack.enter_context(
-            _patched(write, "create_dataset", wrapped("hdf5", write.create_dataset))
+            _patched(write_hdf5, "create_dataset", wrapped("hdf5", write_hdf5.create_dataset))
         )
         stack.enter_context(_patched(write, "write_header", wrapped("header", write.write_header)))
         stack.enter_context(_patched(write, "_fsync_file", wrapped("fsync", write._fsync_file)))

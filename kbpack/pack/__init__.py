@@ -1,7 +1,10 @@
 """The kbpack file format and nothing above it: names and constants (``format``), the HDF5
 layout (``storage``), the user-block manifest and signature (``manifest``, ``sign``), the
-structure allowlist, digests, the checked reader and the atomic writer, the first-open
-preflight, and this machine's memos about packs (``verified``).
+structure allowlist, digests, the checked reader (``read.PackReader``, a facade over
+``read_checked``, ``read_heap``, ``read_columns``, ``read_strings``, ``read_meta`` and
+``read_elements``) and the atomic writer (``write.PackWriter``, over ``write_spools``,
+``write_tables``, ``write_hdf5`` and ``write_child``), the first-open preflight, and this
+machine's memos about packs (``verified``).
 """
 
 __all__ = [
@@ -12,6 +15,12 @@ __all__ = [
     "manifest",
     "preflight",
     "read",
+    "read_checked",
+    "read_columns",
+    "read_elements",
+    "read_heap",
+    "read_meta",
+    "read_strings",
     "rewrite",
     "set_publish",
     "sign",
@@ -22,4 +31,7 @@ __all__ = [
     "verified",
     "write",
     "write_child",
+    "write_hdf5",
+    "write_spools",
+    "write_tables",
 ]

@@ -142,13 +142,13 @@ def test_the_first_open_walks_no_heap_of_the_rows(
         header = read_header(pack)
         assert _recall_outcome(memo_key(pack, header)) == Outcome(structure=True, rows=False)
         assert not is_remembered_clean(pack, header)  # sign must not carry it over as proven
-        assert r._heap is None  # no row read yet: nothing walked in-process
+        assert r.heap_check.heap is None  # no row read yet: nothing walked in-process
         r.string_at(F.SEC_TITLE, 0)
-        assert r._heap is not None
+        assert r.heap_check.heap is not None
         _, (_, address, _) = row_reference(pack, F.SEC_TITLE, 0)
-        assert list(r._heap.walked) == [address + USERBLOCK]  # that row's collection only
+        assert list(r.heap_check.heap.walked) == [address + USERBLOCK]  # that row's collection only
         r.string_at(F.SEC_TITLE, 1)
-        assert len(r._heap.walked) == 1  # same collection: walked once
+        assert len(r.heap_check.heap.walked) == 1  # same collection: walked once
     with PackReader(pack) as r:  # remembered: no child, the rows still checked as read
         assert r.rows_checked_as_read
 
@@ -161,7 +161,7 @@ def test_a_pack_written_or_verified_here_reads_its_rows_unchecked(
     with PackReader(pack) as r:
         assert not r.rows_checked_as_read
         assert r.string_at(F.SEC_TITLE, 0)
-        assert r._heap is None
+        assert r.heap_check.heap is None
     assert is_remembered_clean(pack, read_header(pack))
 
 

@@ -50,7 +50,8 @@ elif where == "after-commit":  # commit() returned; the build is printing its su
     W.PackWriter.commit = hook
 elif where == "hdf5-child":  # SIGKILL the writer from its HDF5 child, which then goes on
     import time
-    create, writer = W.create_dataset, os.getpid()
+    from kbpack.pack import write_hdf5 as H  # where the HDF5 child creates the datasets
+    create, writer = H.create_dataset, os.getpid()
     def hook(*a, **k):
         if os.getpid() != writer:  # in the child
             marker = os.environ["KBPACK_TEST_MARKER"]
@@ -59,7 +60,7 @@ elif where == "hdf5-child":  # SIGKILL the writer from its HDF5 child, which the
             open(marker, "w").close()  # only a child that outlived its writer gets here
             os._exit(0)
         return create(*a, **k)
-    W.create_dataset = hook
+    H.create_dataset = hook
 elif where == "at-exit":  # the command is done; main() is on its way to sys.exit
     import kbpack.cli.main as C
     run = C._run

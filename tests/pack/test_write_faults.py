@@ -156,14 +156,14 @@ def test_ctrl_c_while_the_writer_opens_its_spools_leaves_no_file(
     load in the interrupt test) must not leave the text spool behind."""
     import builtins
 
-    from kbpack.pack import write
+    from kbpack.pack import write, write_spools
 
     def interrupted_at_the_vector_spool(path: object, *args: object, **kwargs: object) -> object:
         if str(path).endswith(".vec"):
             raise KeyboardInterrupt
         return builtins.open(path, *args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(write, "open", interrupted_at_the_vector_spool, raising=False)
+    monkeypatch.setattr(write_spools, "open", interrupted_at_the_vector_spool, raising=False)
     out = tmp_path / "p.kbpack"
     with pytest.raises(KeyboardInterrupt):
         write.PackWriter(out, model={"name": "m"}, dims=4)
