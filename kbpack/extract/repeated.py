@@ -98,7 +98,8 @@ class RepeatedBlocks:
 
 def without(doc: Document, spans: list[tuple[int, int]]) -> Document:
     """``doc`` with the blocks ``spans`` (ascending, whole blocks) removed, each with the blank
-    line after it (the one before it, for the last block), offsets moved to match."""
+    line after it (the one before it, for the last block), offsets moved to match: sections,
+    pages, links (those inside a removed block go) and anchors."""
     text = doc.text
     cuts: list[tuple[int, int]] = []
     for a, b in spans:
@@ -134,7 +135,14 @@ def without(doc: Document, spans: list[tuple[int, int]]) -> Document:
     if sections:
         sections[0] = replace(sections[0], start=0, end=len(new_text))
     pages = [Page(p.number, moved(p.start), moved(p.end)) for p in doc.pages]
-    return replace(doc, text=new_text, sections=sections, pages=pages)
+    # a link inside a removed block goes with it (a banner's or footer's links); the others move
+    links = [
+        replace(k, start=moved(k.start), end=moved(k.end))
+        for k in doc.links
+        if not any(a < k.end and k.start < b for a, b in cuts)
+    ]
+    anchors = {name: moved(offset) for name, offset in doc.anchors.items()}
+    return replace(doc, text=new_text, sections=sections, pages=pages, links=links, anchors=anchors)
 
 
 def _merged(cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -233,3 +233,30 @@ def test_a_toc_named_by_a_class_part_is_dropped(tmp_path: Path) -> None:
         "<h1>1. Overview</h1><p>WAL is a journal mode.</p><p class='protocol'>Kept.</p>",
     )
     assert doc.text == "1. Overview\n\nWAL is a journal mode.\n\nKept."
+
+
+def test_links_and_anchors_move_with_the_text_when_repeated_blocks_go(tmp_path: Path) -> None:
+    """A folder banner holding a link, and links after it: the banner's link goes with the
+    banner, every other link and anchor still names its own text (a build of git's manual
+    pages stopped with "link ... is outside the text" when they did not move)."""
+    from kbpack.extract import discover, extract_all
+    from kbpack.extract.repeated import RepeatedBlocks
+
+    root = tmp_path / "site"
+    root.mkdir()
+    banner = "<div class='banner'><p>Part of the <a href='p0.html'>Pump suite</a>.</p></div>"
+    for i in range(4):
+        (root / f"p{i}.html").write_text(
+            f"<html><head><title>Page {i}</title></head><body>{banner}<h1>Topic {i}</h1>"
+            f"<p>Topic {i} continues on the <a href='p{(i + 1) % 4}.html#end'>next page</a>.</p>"
+            f"<h2 id='end'>End</h2><p>Closing words {i}.</p></body></html>",
+            encoding="utf-8",
+        )
+    found = discover([root], (), (), False)
+    dropped = RepeatedBlocks()
+    after = list(dropped(extract_all(found.candidates)))
+    assert dropped.removed == 4
+    for doc in after:
+        assert "Pump suite" not in doc.text
+        assert [doc.text[k.start : k.end] for k in doc.links] == ["next page"]
+        assert doc.text[doc.anchors["end"] :].startswith("End")
