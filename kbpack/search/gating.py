@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kbpack.search.absent import NEAR_DISTANCE
+from kbpack.search.absent import NEAR_DISTANCE, deciding_words
 from kbpack.text.analyze import STEM_MARK, analyzer, tokenize
 from kbpack.text.stopwords import ENGLISH, ITALIAN, STOPWORDS
 
@@ -134,10 +134,13 @@ def identifier_gate(
     return IdentifierGate(tuple(codes), weights)
 
 
-def absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
-    """A word the pack never mentions refuses the query unless some candidate is at most
-    ``NEAR_DISTANCE`` from it (none is, without distances: bm25 mode)."""
-    return bool(not_in_pack) and min(dist.values(), default=2.0) > NEAR_DISTANCE
+def absent_vetoes(query: str, not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
+    """A word the pack never mentions, in the sentence the query asks (``deciding_words``),
+    refuses the query unless some candidate is at most ``NEAR_DISTANCE`` from it (none is,
+    without distances: bm25 mode)."""
+    if not deciding_words(query, not_in_pack):
+        return False
+    return min(dist.values(), default=2.0) > NEAR_DISTANCE
 
 
 def answering(
