@@ -105,12 +105,20 @@ class IdentifierGate:
         return held >= EVIDENCE_SHARE * total
 
 
-def gate_terms(query: str, n_chunks: int, doc_freq: Callable[[str], int]) -> list[str]:
+def gate_terms(
+    query: str,
+    n_chunks: int,
+    doc_freq: Callable[[str], int],
+    header_freq: Callable[[str], int] | None = None,
+) -> list[str]:
     """The code-like query terms that may open the refusal gate, or [] when none may.
 
     They may when at least one of them is rare in the corpus (in at most ``RARE_SHARE`` of the
     chunks, or ``RARE_MIN`` chunks): a rare identifier typed exactly is an answer; an acronym
-    found everywhere (NULL, JSON) is not evidence of one.
+    found everywhere (NULL, JSON) is not evidence of one. The chunks whose header (document
+    title, section path) holds the term are not counted (``header_freq``): the postings count
+    a document's title word in each of its chunks, and "FAQ", the title of a 70-chunk page,
+    is in the text of 8 chunks.
     """
     codes = code_like_terms(query)
     if not codes:
@@ -118,16 +126,23 @@ def gate_terms(query: str, n_chunks: int, doc_freq: Callable[[str], int]) -> lis
     limit = max(RARE_MIN, RARE_SHARE * n_chunks)
     for code in codes:
         whole = tokenize(code)[:1]
-        if whole and 0 < doc_freq(whole[0]) <= limit:
+        if not whole:
+            continue
+        df = doc_freq(whole[0])
+        titled = header_freq(whole[0]) if header_freq is not None and df > limit else 0
+        if df > 0 and df - titled <= limit:
             return codes
     return []
 
 
 def identifier_gate(
-    query: str, n_chunks: int, doc_freq: Callable[[str], int]
+    query: str,
+    n_chunks: int,
+    doc_freq: Callable[[str], int],
+    header_freq: Callable[[str], int] | None = None,
 ) -> IdentifierGate | None:
     """The query's lexical evidence rule, or None when no code-like term of it is rare here."""
-    codes = gate_terms(query, n_chunks, doc_freq)
+    codes = gate_terms(query, n_chunks, doc_freq, header_freq)
     if not codes:
         return None
     weights = tuple((t, idf(doc_freq(t), n_chunks)) for t in content_terms(query))

@@ -221,3 +221,42 @@ def test_a_refusal_names_what_the_pack_never_mentions(tiny_pack: Path, tiny_mode
     assert r.output.splitlines()[0] == f'NO ANSWER: this pack never mentions zorblax (asked: "{q}")'
     r = CliRunner().invoke(cli, [*args, "how often do the logs rotate"])
     assert r.exit_code == 3 and r.output.startswith("NO ANSWER: nothing under cosine distance 0")
+
+
+def test_a_title_word_is_rare_by_the_chunks_that_hold_it_in_their_text() -> None:
+    """The postings count a document's title word in every chunk of it (its header); the
+    identifier gate's rarity leaves those out: "FAQ" titling 40 chunks and written in 3."""
+    from kbpack.search.gating import gate_terms
+
+    def df(term: str) -> int:
+        return {"faq": 43, "json": 60}.get(term, 0)
+
+    def titled(term: str) -> int:
+        return {"faq": 40, "json": 2}.get(term, 0)
+
+    assert gate_terms("FAQ", 1000, df) == []  # 43 chunks > 10: not rare by its postings
+    assert gate_terms("FAQ", 1000, df, titled) == ["FAQ"]  # 3 outside a header
+    assert gate_terms("JSON", 1000, df, titled) == []  # in the text of 58: found everywhere
+
+
+def test_a_document_asked_for_by_its_one_word_title_is_answered(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """A page titled "FAQ" whose chunks all carry the title in their header is found by its
+    title, whatever the distance (fixtures: curl's FAQ and zstd's README were refused)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    sections = "\n\n".join(f"## Question {i}\n\nAnswer {i} rotates logs." for i in range(8))
+    (docs / "faq.md").write_text(f"# FAQ\n\nRead this FAQ first.\n\n{sections}\n", "utf-8")
+    (docs / "other.md").write_text("# Disks\n\nDisks fill up.\n", encoding="utf-8")
+    out = tmp_path / "faq.kbpack"
+    r = CliRunner().invoke(
+        cli, ["build", str(docs), "-o", str(out), "--quiet", "--model", str(tiny_model)]
+    )
+    assert r.exit_code == 0, r.output
+    with kbpack.open(out, model=tiny_model) as p:
+        s = p.searcher
+        assert s.doc_freq("faq") > 5 >= s.doc_freq("faq") - s.corpus.header_freq("faq")
+        resp = s.search("FAQ", k=3, max_distance=0.0)  # no distance passes: words decide
+        assert resp.answered
+        assert resp.results[0].doc == "faq.md"
