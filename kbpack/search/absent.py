@@ -27,7 +27,9 @@ punctuation from the end, then a possessive ``'s``):
    from caddy the box (rules 2, 4 and 5 still apply).
 
 Which of those words refuse the query (``deciding_words``): the ones in the sentence that asks
-(a sentence ending with ``?``; every sentence when none does), outside parentheses. A setting
+(sentences end at ``.`` ``!`` ``?`` or an ellipsis, not at a colon: "Heroku: how do I ...?"
+asks about Heroku; one ending with ``?`` asks; every sentence when none does), outside
+parentheses. A setting
 stated beside the question ("We run this on Heroku. How do I ...?", "... (we are on Docker)?")
 is reported but decides nothing; a name inside the question it asks ("How do I roll back a
 Kubernetes deployment?") decides (docs/quality.md: measured with ``bench/quality_names.py
@@ -60,6 +62,9 @@ _CAMEL = re.compile(r"[a-z][A-Z]")
 _SENTENCE_END = re.compile(r"[.!?:;…]['\"”’)\]]*$")
 _ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
 _ASKS = re.compile(r"\?['\"”’)\]]*$")
+# a sentence of the question (``sentences``): a colon or semicolon does not end one ("Heroku:
+# how do I roll back?" asks about Heroku)
+_FULL_STOP = re.compile(r"[.!?…]['\"”’)\]]*$")
 _PARENTHESES = re.compile(r"\([^()]*\)")
 
 
@@ -101,12 +106,12 @@ def capitalised_names(query: str) -> list[str]:
 
 def sentences(query: str) -> list[list[str]]:
     """The query's sentences, each as its white-space separated tokens: a sentence ends with
-    a token whose last mark (before closing quotes or brackets) is ``.`` ``!`` ``?`` ``:``
-    ``;`` or an ellipsis."""
+    a token whose last mark (before closing quotes or brackets) is ``.`` ``!`` ``?`` or an
+    ellipsis."""
     out: list[list[str]] = [[]]
     for token in query.split():
         out[-1].append(token)
-        if _SENTENCE_END.search(token):
+        if _FULL_STOP.search(token):
             out.append([])
     return [s for s in out if s]
 

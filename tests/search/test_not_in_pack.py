@@ -78,7 +78,9 @@ def test_names_by_their_capital() -> None:
         ("We run this on Heroku. How do I roll back a deployment?", []),
         ("How do I roll back a deployment? We run this on Heroku.", []),
         ("How do I roll back a deployment (we are on Heroku)?", []),
-        ("We use Heroku; how do I roll back a deployment?", []),
+        # a colon or semicolon does not end the question: a topic label decides
+        ("Heroku: how do I roll back a deployment?", ["Heroku"]),
+        ("We use Heroku; how do I roll back a deployment?", ["Heroku"]),
         # no sentence asks (a keyword query, an imperative): every sentence decides
         ("We run this on Heroku. Roll back a deployment.", ["Heroku"]),
         ("Heroku rollback", ["Heroku"]),
