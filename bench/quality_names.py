@@ -1,34 +1,38 @@
-"""A candidate for the "never mentions" rule (issue 32): names known by their capital.
+"""The "never mentions" rule's names (issue 32): the rule before and after names known by their
+capital and the sentence that asks, paired on the same pack.
 
-    python bench/quality_names.py PACK OUT.json   # shipped search with the candidate on
-    python bench/shipped_search.py --compare OUT.json SHIPPED.json
+    python bench/quality_names.py PACK OUT.json --rule RULE  # shipped search under RULE
+    python bench/shipped_search.py --compare A.json B.json     # paired tests of two rules
+    python bench/quality_names.py PACK --environment sentence|inside|question   # the exposure
 
-The shipped rule (``kbpack.search.absent``) counts a word the pack never mentions when it is
-rare in the query's language (Zipf < 2): names that are also common words (Caddy, Cobra,
-Alpine, Homebrew, Insomnia) or frequent enough (Kubernetes 2.25, nginx 2.2, Ansible 2.1) pass.
-The candidate (``candidate_absent_words`` here; rejected, so it is not in ``kbpack``) also
-counts a word the pack never mentions when it is written with a capital inside the sentence
-(``capitalised_names``): acronyms (CPU) and their plurals (PCs) excepted. The rest of the refusal is unchanged (the
-distance condition ``NEAR_DISTANCE`` included). This runs ``bench/shipped_search.py``'s
-measurement with the candidate switched on in this process only, so the two JSON files pair
-on the same pack and queries.
+Rules (``RULES``; each switched on in this process only, so the JSON files pair on the same pack
+and queries):
 
-    python bench/quality_names.py PACK --environment sentence|inside   # the exposure
+* ``rare``: the rule of kbpack 0.3's first issue-32 release: a word the pack never mentions
+  counts when it is rare in the query's language (Zipf < 2), and any such word of the query
+  refuses it (unless a chunk is within ``NEAR_DISTANCE``);
+* ``capital``: ``rare`` plus a word the pack never mentions written with a capital inside a
+  sentence, whatever its frequency (``kbpack.search.absent.capitalised_names``; the candidate
+  rejected before because of the exposure below);
+* ``asking``: ``rare``, but only words in the sentence that asks decide
+  (``kbpack.search.absent.deciding_words``);
+* ``shipped``: both (``capital`` words, deciding only in the sentence that asks): kbpack now.
 
-``--environment``: every answerable ticket asked again after "We run this on NAME. "
-(``sentence``) or with "(we are on NAME)" before its question mark (``inside``), NAME a
-product the asker runs and the pack never mentions (a frequent one, Jenkins or Docker, that
-only the candidate reports, and a rare one, Heroku, that the shipped rule reports too): the
-share refused by the shipped rule and by the candidate. A question that names the asker's
-environment is the candidate's risk; the development tickets seldom do.
+``--environment``: every answerable ticket asked again with a product the asker runs and the
+pack never mentions: as a sentence of its own before the question ("We run this on NAME. ...",
+``sentence``), as an aside inside it ("... (we are on NAME)?", ``inside``), or as part of the
+question itself ("... on NAME?", ``question``). NAME is a frequent product (Jenkins, Docker:
+only the capital reports them) or a rare one (Heroku: every rule reports it). The share
+refused, per rule: the exposure of a rule to questions that name the asker's own setting
+(the development tickets seldom do).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,52 +41,54 @@ import shipped_search
 from wordfreq import zipf_frequency
 
 import kbpack
-import kbpack.search.words as searcher_module  # where search calls absent_words
+import kbpack.search.gating as gating_module  # where the refusal calls deciding_words
+import kbpack.search.words as words_module  # where search calls absent_words
 from kbpack.ops import evaluate as E
 from kbpack.search import absent as A
-from kbpack.search.absent import absent_words
 
-_SENTENCE_END = re.compile(r"[.!?:;…]['\"”’)\]]*$")
-_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
+RULES = ("rare", "capital", "asking", "shipped")
 
 
-def capitalised_names(query: str) -> list[str]:
-    """Letters-only words written with a capital inside a sentence (not its first word, nor
-    the first after ``.`` ``!`` ``?`` ``:`` ``;``): the way English and Italian mark a proper
-    noun. Words in capitals (CPU, HTTP) and their plurals (PCs, URLs) are acronyms, left out."""
-    out: dict[str, None] = {}
-    raw = query.split()
-    for i, token in enumerate(raw):
-        word = A._POSSESSIVE.sub("", A._EDGE.sub("", token))
-        if not word.isalpha() or i == 0 or _SENTENCE_END.search(raw[i - 1]):
-            continue
-        if word[0].isupper() and not word.isupper() and not _ACRONYM_PLURAL.fullmatch(word):
-            out.setdefault(word, None)
-    return list(out)
-
-
-def candidate_absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
-    """``kbpack.search.absent.absent_words`` plus the candidate: a capitalised word
-    (``capitalised_names``) the pack never mentions counts whatever its frequency."""
+def rare_absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
+    """``kbpack.search.absent.absent_words`` without rule 6 (names by their capital)."""
     words = A.letter_words(query)
     missing = [w for w in words if not in_pack(w)]
     if not missing:
         return []
     lang = A.language(words)
-    named = set(capitalised_names(query))
     out = []
     for word in missing:
         z = A._zipf(word, lang)
-        if A._CAMEL.search(word) and z <= 0.0:
-            continue  # rule 5: the user's own identifier
-        if z < A.RARE_ZIPF or word in named:
+        if z < A.RARE_ZIPF and not (A._CAMEL.search(word) and z <= 0.0):
             out.append(word)
     return out
 
 
+def every_word_decides(query: str, words: Sequence[str]) -> list[str]:
+    return list(words)
+
+
+@contextmanager
+def rule(name: str) -> Iterator[None]:
+    """Search under rule ``name`` (``RULES``) until the block ends."""
+    absent, deciding = words_module._absent_words, gating_module.deciding_words
+    if name in ("rare", "asking"):
+        words_module._absent_words = rare_absent_words  # type: ignore[assignment]
+    if name in ("rare", "capital"):
+        gating_module.deciding_words = every_word_decides  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        words_module._absent_words = absent  # type: ignore[assignment]
+        gating_module.deciding_words = deciding  # type: ignore[assignment]
+
+
 ENVIRONMENTS = ("Jenkins", "Docker", "Heroku")
-# the asker's setting as a sentence of its own, and inside the question
-TEMPLATES = {"sentence": "We run this on {name}. {query}", "inside": "{bare} (we are on {name})?"}
+TEMPLATES = {
+    "sentence": "We run this on {name}. {query}",
+    "inside": "{bare} (we are on {name})?",
+    "question": "{bare} on {name}?",
+}
 
 
 def environment(pack_path: Path, template: str) -> None:
@@ -91,37 +97,44 @@ def environment(pack_path: Path, template: str) -> None:
         for q in E.load_questions(shipped_search.ROOT / "fixtures/eval/questions.jsonl")
         if q.phrasing == "ticket"
     ]
-    shipped = absent_words
-    candidate = candidate_absent_words
     with kbpack.open(pack_path) as pack:
         s = pack.searcher
         print(f"{len(questions)} tickets, each as {TEMPLATES[template]!r}: refused by")
-        print("| NAME | Zipf (en) | shipped rule | candidate |")
-        print("|---|---|---|---|")
+        print("| NAME | Zipf (en) | " + " | ".join(RULES) + " |")
+        print("|---|---|" + "---|" * len(RULES))
+        paired = []
         for name in (None, *ENVIRONMENTS):
             cells = []
-            for rule in (shipped, candidate):
-                searcher_module._absent_words = rule  # type: ignore[assignment]
-                refused = 0
-                for q in questions:
-                    bare = q.query.rstrip(" ?.")
-                    query = (
-                        q.query
-                        if name is None
-                        else TEMPLATES[template].format(name=name, query=q.query, bare=bare)
-                    )
-                    refused += not s.search(query, k=5).answered
-                lo, hi = E.wilson(refused, len(questions))
-                cells.append(f"{refused} ({refused / len(questions):.0%} [{lo:.2f}, {hi:.2f}])")
+            by_rule: dict[str, list[bool]] = {}
+            for r in RULES:
+                with rule(r):
+                    refused = by_rule[r] = []
+                    for q in questions:
+                        bare = q.query.rstrip(" ?.")
+                        query = (
+                            q.query
+                            if name is None
+                            else TEMPLATES[template].format(name=name, query=q.query, bare=bare)
+                        )
+                        refused.append(not s.search(query, k=5).answered)
+                cells.append(f"{sum(refused)} ({sum(refused) / len(questions):.0%})")
             zipf = "-" if name is None else f"{zipf_frequency(name, 'en'):.2f}"
-            print(f"| {name or '(none)'} | {zipf} | {cells[0]} | {cells[1]} |")
-    searcher_module._absent_words = shipped  # type: ignore[assignment]
+            print(f"| {name or '(none)'} | {zipf} | " + " | ".join(cells) + " |", flush=True)
+            a, b = by_rule["shipped"], by_rule["rare"]
+            fewer = sum(y and not x for x, y in zip(a, b, strict=True))
+            more = sum(x and not y for x, y in zip(a, b, strict=True))
+            paired.append(
+                f"{name or '(none)'}: shipped against rare, refused +{more}/-{fewer} "
+                f"(p = {E.sign_test(fewer, more):.2g})"
+            )
+        print("\n".join(paired))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pack", type=Path)
     ap.add_argument("out", type=Path, nargs="?")
+    ap.add_argument("--rule", choices=RULES, default="shipped")
     ap.add_argument("--environment", choices=sorted(TEMPLATES), default=None)
     args = ap.parse_args()
     if args.environment:
@@ -129,8 +142,8 @@ def main() -> None:
         return
     if args.out is None:
         ap.error("OUT.json is needed (or --environment)")
-    searcher_module._absent_words = candidate_absent_words
-    shipped_search.measure(args.pack, args.out, True)
+    with rule(args.rule):
+        shipped_search.measure(args.pack, args.out, True)
 
 
 if __name__ == "__main__":

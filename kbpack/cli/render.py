@@ -8,6 +8,7 @@ import textwrap
 from typing import Any
 
 from kbpack.runtime.terminal import printable
+from kbpack.search.absent import deciding_words
 
 QUOTE_CHARS = 600  # a quote longer than this is cut (with " …") unless --full
 
@@ -19,7 +20,8 @@ def render(resp: Any, full: bool = False) -> str:
     head = [f"note: {safe(n)}" for n in resp.notes if resp.lexical_only]
     tail = [f"note: {safe(n)}" for n in resp.notes if not resp.lexical_only]
     if not resp.answered:
-        missing = getattr(resp, "not_in_pack", [])
+        # only a word of the sentence that asks refuses (a setting beside it is reported)
+        missing = deciding_words(resp.query, getattr(resp, "not_in_pack", []))
         if missing and resp.threshold is not None:
             # the reason that generalises, not the distance: the question names what the pack
             # lacks (with no match at all, the line below says so, and not_in_pack follows)

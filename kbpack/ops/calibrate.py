@@ -42,6 +42,7 @@ def gate(pack: Any, query: str, needle: str | None, mode: str) -> E.Gate:
         distances.append(d)
         hits.append(want is not None and want in E.normalize(r.content))
     if pack.searcher.absent_vetoes(
+        query,
         resp.not_in_pack,
         dict(enumerate(r.distance for r in resp.results if r.distance is not None)),
     ):

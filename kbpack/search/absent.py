@@ -20,6 +20,20 @@ punctuation from the end, then a possessive ``'s``):
    and MariaDB are names people write about; a compound no list has seen (MaxRetries,
    myConfigLoader) is more likely the user's own identifier (a setting, a class) in a question
    the pack can answer.
+6. a word written with a capital inside a sentence (``capitalised_names``: not the query's
+   first word nor the first after ``.`` ``!`` ``?`` ``:`` ``;``; words in capitals, CPU, and
+   their plurals, PCs, are acronyms and left out) counts whatever its Zipf frequency: English
+   and Italian writers mark a proper noun so, and a list cannot tell Caddy the web server
+   from caddy the box (rules 2, 4 and 5 still apply).
+
+Which of those words refuse the query (``deciding_words``): the ones in the sentence that asks
+(sentences end at ``.`` ``!`` ``?`` or an ellipsis, not at a colon: "Heroku: how do I ...?"
+asks about Heroku; one ending with ``?`` asks; every sentence when none does), outside
+parentheses. A setting
+stated beside the question ("We run this on Heroku. How do I ...?", "... (we are on Docker)?")
+is reported but decides nothing; a name inside the question it asks ("How do I roll back a
+Kubernetes deployment?") decides (docs/quality.md: measured with ``bench/quality_names.py
+--environment``).
 
 Why a frequency list and not the pack alone: most query words a pack lacks are ordinary words
 ("speedup", "codebase") that the pack phrases otherwise; a word rare in the whole language and
@@ -44,6 +58,14 @@ NEAR_DISTANCE = 0.45
 _EDGE = re.compile(r"^[\"'`(\[{<“‘«]+|[\"'`)\]}>,;:!?.…”’»]+$")
 _POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
 _CAMEL = re.compile(r"[a-z][A-Z]")
+# a token that ends a sentence, closing quotes and brackets allowed after its mark
+_SENTENCE_END = re.compile(r"[.!?:;…]['\"”’)\]]*$")
+_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
+_ASKS = re.compile(r"\?['\"”’)\]]*$")
+# a sentence of the question (``sentences``): a colon or semicolon does not end one ("Heroku:
+# how do I roll back?" asks about Heroku)
+_FULL_STOP = re.compile(r"[.!?…]['\"”’)\]]*$")
+_PARENTHESES = re.compile(r"\([^()]*\)")
 
 
 def _zipf(word: str, lang: str) -> float:
@@ -52,14 +74,56 @@ def _zipf(word: str, lang: str) -> float:
     return float(zipf_frequency(word, lang))
 
 
+def _word(raw: str) -> str:
+    return _POSSESSIVE.sub("", _EDGE.sub("", raw))
+
+
 def letter_words(query: str) -> list[str]:
     """The query's letters-only words as typed, in order, each once (rule 1)."""
     out: dict[str, None] = {}
     for raw in query.split():
-        word = _POSSESSIVE.sub("", _EDGE.sub("", raw))
+        word = _word(raw)
         if word.isalpha():
             out.setdefault(word, None)
     return list(out)
+
+
+def capitalised_names(query: str) -> list[str]:
+    """Letters-only words written with a capital inside a sentence (not its first word, nor
+    the first after ``.`` ``!`` ``?`` ``:`` ``;``), the way English and Italian mark a proper
+    noun; words in capitals (CPU, HTTP) and their plurals (PCs, URLs) are acronyms, left out
+    (rule 6)."""
+    out: dict[str, None] = {}
+    raw = query.split()
+    for i, token in enumerate(raw):
+        word = _word(token)
+        if not word.isalpha() or i == 0 or _SENTENCE_END.search(raw[i - 1]):
+            continue
+        if word[0].isupper() and not word.isupper() and not _ACRONYM_PLURAL.fullmatch(word):
+            out.setdefault(word, None)
+    return list(out)
+
+
+def sentences(query: str) -> list[list[str]]:
+    """The query's sentences, each as its white-space separated tokens: a sentence ends with
+    a token whose last mark (before closing quotes or brackets) is ``.`` ``!`` ``?`` or an
+    ellipsis."""
+    out: list[list[str]] = [[]]
+    for token in query.split():
+        out[-1].append(token)
+        if _FULL_STOP.search(token):
+            out.append([])
+    return [s for s in out if s]
+
+
+def deciding_words(query: str, words: Sequence[str]) -> list[str]:
+    """Those of ``words`` (``absent_words``) that may refuse the query: the ones in a
+    sentence that asks (ends with ``?``), or in any sentence when none asks, never inside
+    parentheses. Context stated beside the question is reported, not decisive."""
+    asked = sentences(_PARENTHESES.sub(" ", query))
+    asking = [s for s in asked if _ASKS.search(s[-1])] or asked
+    inside = {_word(t) for s in asking for t in s}
+    return [w for w in words if w in inside]
 
 
 def language(words: Sequence[str]) -> str:
@@ -84,10 +148,11 @@ def absent_words(query: str, in_pack: Callable[[str], bool]) -> list[str]:
         return []
     _wait_preload()
     lang = language(words)
+    named = set(capitalised_names(query))
     out = []
     for word in missing:
         z = _zipf(word, lang)
-        if z < RARE_ZIPF and not (_CAMEL.search(word) and z <= 0.0):
+        if (z < RARE_ZIPF or word in named) and not (_CAMEL.search(word) and z <= 0.0):
             out.append(word)
     return out
 

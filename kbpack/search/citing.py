@@ -107,7 +107,7 @@ def finish(s: Searcher, req: SearchRequest, q: Query) -> SearchResponse:
     # "the"; a query in a language the model does not read) each result needs its content
     # word. Several packs searched as one: each pack answers or not by its own threshold.
     answering: set[int] = set()
-    if req.refuse and not (s.use_absent and gating.absent_vetoes(not_in_pack, dist)):
+    if req.refuse and not (s.use_absent and gating.absent_vetoes(req.query, not_in_pack, dist)):
         answering = gating.answering((c for c, _ in ordered), evidence, corpus.answerer)
 
     def passes(c: int) -> bool:

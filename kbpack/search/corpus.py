@@ -36,6 +36,7 @@ class Corpus(Protocol):
     def n_chunks(self) -> int: ...
     def terms(self, query: str) -> Sequence[Term]: ...  # the query's postings, query order
     def doc_freq(self, term: str) -> int: ...
+    def header_freq(self, term: str) -> int: ...  # chunks whose indexed header holds it
     def near_terms(self, word: str) -> dict[str, tuple[int, int]]: ...
 
     # -- dense (the dense stage: every chunk's scores for query vectors) ----------------------
@@ -82,6 +83,7 @@ class PackCorpus:
         self.vectors = vectors or PackVectors(reader)
         self.analyzer_name = self.postings.analyzer_name
         self._query_prefix: str | None = None
+        self._header_freq: dict[str, int] | None = None
 
     # -- BM25 ---------------------------------------------------------------------------------
     def n_chunks(self) -> int:
@@ -92,6 +94,36 @@ class PackCorpus:
 
     def doc_freq(self, term: str) -> int:
         return self.postings.doc_freq(term)
+
+    def header_freq(self, term: str) -> int:
+        """Chunks whose header (document title and section path) holds ``term`` in the BM25
+        postings: 0 in a pack whose postings index content only (spec/FORMAT.md 3.7)."""
+        if self._header_freq is None:
+            self._header_freq = self._header_terms()
+        return self._header_freq.get(term, 0)
+
+    def _header_terms(self) -> dict[str, int]:
+        """Term -> chunks whose header holds it, from one pass over the chunks' (document,
+        section) pairs; read once, on the first query that needs it."""
+        from collections import Counter
+
+        from kbpack.index.chunk import header
+        from kbpack.pack import format as F
+        from kbpack.text.analyze import analyzer
+
+        r = self.r
+        if r.attrs(F.BM25).get(F.BM25_FIELDS) != F.HEADER_CONTENT:
+            return {}
+        docs = np.asarray(r.column(F.CHUNK_DOCUMENT), dtype=np.int64)
+        secs = np.asarray(r.column(F.CHUNK_SECTION), dtype=np.int64)
+        pairs, counts = np.unique(np.stack([docs, secs], axis=1), axis=0, return_counts=True)
+        terms = analyzer(self.analyzer_name).terms
+        out: Counter[str] = Counter()
+        for (doc, sec), n in zip(pairs.tolist(), counts.tolist(), strict=True):
+            head = header(r.string_at(F.DOC_TITLE, doc), r.section_path(sec))
+            for t in set(terms(head)):
+                out[t] += n
+        return dict(out)
 
     def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
         return self.postings.near_terms(word)

@@ -161,6 +161,9 @@ class SetCorpus:
     def doc_freq(self, term: str) -> int:
         return sum(m.doc_freq(term) for m in self.members)
 
+    def header_freq(self, term: str) -> int:
+        return sum(m.header_freq(term) for m in self.members)
+
     def near_terms(self, word: str) -> dict[str, tuple[int, int]]:
         merged: dict[str, tuple[int, int]] = {}
         for m in self.members:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kbpack.search.absent import NEAR_DISTANCE
+from kbpack.search.absent import NEAR_DISTANCE, deciding_words
 from kbpack.text.analyze import STEM_MARK, analyzer, tokenize
 from kbpack.text.stopwords import ENGLISH, ITALIAN, STOPWORDS
 
@@ -105,12 +105,20 @@ class IdentifierGate:
         return held >= EVIDENCE_SHARE * total
 
 
-def gate_terms(query: str, n_chunks: int, doc_freq: Callable[[str], int]) -> list[str]:
+def gate_terms(
+    query: str,
+    n_chunks: int,
+    doc_freq: Callable[[str], int],
+    header_freq: Callable[[str], int] | None = None,
+) -> list[str]:
     """The code-like query terms that may open the refusal gate, or [] when none may.
 
     They may when at least one of them is rare in the corpus (in at most ``RARE_SHARE`` of the
     chunks, or ``RARE_MIN`` chunks): a rare identifier typed exactly is an answer; an acronym
-    found everywhere (NULL, JSON) is not evidence of one.
+    found everywhere (NULL, JSON) is not evidence of one. The chunks whose header (document
+    title, section path) holds the term are not counted (``header_freq``): the postings count
+    a document's title word in each of its chunks, and "FAQ", the title of a 70-chunk page,
+    is in the text of 8 chunks.
     """
     codes = code_like_terms(query)
     if not codes:
@@ -118,26 +126,36 @@ def gate_terms(query: str, n_chunks: int, doc_freq: Callable[[str], int]) -> lis
     limit = max(RARE_MIN, RARE_SHARE * n_chunks)
     for code in codes:
         whole = tokenize(code)[:1]
-        if whole and 0 < doc_freq(whole[0]) <= limit:
+        if not whole:
+            continue
+        df = doc_freq(whole[0])
+        titled = header_freq(whole[0]) if header_freq is not None and df > limit else 0
+        if df > 0 and df - titled <= limit:
             return codes
     return []
 
 
 def identifier_gate(
-    query: str, n_chunks: int, doc_freq: Callable[[str], int]
+    query: str,
+    n_chunks: int,
+    doc_freq: Callable[[str], int],
+    header_freq: Callable[[str], int] | None = None,
 ) -> IdentifierGate | None:
     """The query's lexical evidence rule, or None when no code-like term of it is rare here."""
-    codes = gate_terms(query, n_chunks, doc_freq)
+    codes = gate_terms(query, n_chunks, doc_freq, header_freq)
     if not codes:
         return None
     weights = tuple((t, idf(doc_freq(t), n_chunks)) for t in content_terms(query))
     return IdentifierGate(tuple(codes), weights)
 
 
-def absent_vetoes(not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
-    """A word the pack never mentions refuses the query unless some candidate is at most
-    ``NEAR_DISTANCE`` from it (none is, without distances: bm25 mode)."""
-    return bool(not_in_pack) and min(dist.values(), default=2.0) > NEAR_DISTANCE
+def absent_vetoes(query: str, not_in_pack: Sequence[str], dist: dict[int, float]) -> bool:
+    """A word the pack never mentions, in the sentence the query asks (``deciding_words``),
+    refuses the query unless some candidate is at most ``NEAR_DISTANCE`` from it (none is,
+    without distances: bm25 mode)."""
+    if not deciding_words(query, not_in_pack):
+        return False
+    return min(dist.values(), default=2.0) > NEAR_DISTANCE
 
 
 def answering(

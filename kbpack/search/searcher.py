@@ -235,7 +235,7 @@ class Searcher:
             q.terms = c.terms(req.query)
             q.bm_ids, q.bm_scores = self._top_bm25(q.terms, q.mask)
         if req.refuse and req.mode == "hybrid":
-            q.gate = gating.identifier_gate(req.query, c.n_chunks(), c.doc_freq)
+            q.gate = self.identifier_gate(req.query)
         q.words = set(analyzed_content_terms(req.query, c.analyzer_name))
         q.foreign = foreign_query(req.query)
         q.suggestions = self.spelling(req.query)
@@ -290,10 +290,12 @@ class Searcher:
         return words.absent_words(query, c.analyzer_name, c.doc_freq, c.near_terms)
 
     def gate_terms(self, query: str) -> list[str]:
-        return gating.gate_terms(query, self.corpus.n_chunks(), self.corpus.doc_freq)
+        c = self.corpus
+        return gating.gate_terms(query, c.n_chunks(), c.doc_freq, c.header_freq)
 
     def identifier_gate(self, query: str) -> IdentifierGate | None:
-        return gating.identifier_gate(query, self.corpus.n_chunks(), self.corpus.doc_freq)
+        c = self.corpus
+        return gating.identifier_gate(query, c.n_chunks(), c.doc_freq, c.header_freq)
 
     def distance_counts(self, query: str, content: str) -> bool:
         """Whether a result's distance may pass the threshold on its own: always, except for a
