@@ -134,7 +134,14 @@ def without(doc: Document, spans: list[tuple[int, int]]) -> Document:
     if sections:
         sections[0] = replace(sections[0], start=0, end=len(new_text))
     pages = [Page(p.number, moved(p.start), moved(p.end)) for p in doc.pages]
-    return replace(doc, text=new_text, sections=sections, pages=pages)
+    # a link inside a removed block goes with it; the others and every anchor move
+    links = [
+        replace(k, start=moved(k.start), end=moved(k.end))
+        for k in doc.links
+        if not any(a < k.end and k.start < b for a, b in cuts)
+    ]
+    anchors = {name: moved(x) for name, x in doc.anchors.items()}
+    return replace(doc, text=new_text, sections=sections, pages=pages, links=links, anchors=anchors)
 
 
 def _merged(cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
