@@ -3,8 +3,10 @@
     python bench/quality_lone.py PACK [PACK...]
 
 A leaf section with no text of its own ("## Empty", a page whose table of contents the
-furniture rules removed) is kept by the chunker as a chunk holding its heading alone;
-``search()`` never shows such a chunk (``heading_only``). Per pack this prints:
+furniture rules removed) was kept by the chunker as a chunk holding its heading alone, which
+``search()`` never shows (``heading_only``); packs built since issue 32's chunking rule have
+none, unless a document is nothing but its heading (docs/quality.md, "Short chunks"); this
+measures packs built before it. Per pack this prints:
 
 * chunks, chunks under 40 characters, and how many of those are lone headings, so what is
   left short once they are set aside (the issue's <= 1% target);

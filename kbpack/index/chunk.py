@@ -3,10 +3,14 @@
 A chunk lies inside the *own text* of one section (its span minus its child sections' spans),
 so it never crosses a section boundary. A section's heading is one unit with the block after
 it, so it is never a chunk alone; a section whose own text is only its heading (and its
-number) gets no chunk when it has subsections: their headers carry its title. Inside a section, whole blocks (paragraphs, fenced code
+number) gets no chunk (issue 32; before, only when it had subsections, whose headers carry
+its title), unless the document would then have none. Inside a section, whole blocks (paragraphs, fenced code
 blocks, tables) are packed greedily up to the budget. A block alone over budget is split at the
 next finer level that the budget allows: prose at sentences, code and tables at lines; then
 lines, then words; as the last resort inside a word (reported in ``ChunkResult.problems``).
+A chunk under ``SHORT_CHARS`` characters is then joined to the chunk before it, or else the
+one after it, in the same run of its section's own text, when the two fit the budget together
+(issue 32): packing leaves such tails ("Appendix", a label line, a code block's last brace).
 
 The budget is the embedding model's window in tokens of the *embedded text*
 (``embedded_text(header, content)``, special tokens included), counted with the model's own
@@ -34,6 +38,7 @@ from kbpack.text.document import Document
 HEADER_SEPARATOR = " > "
 HEADER_MAX_CHARS = 200  # a longer header is cut to 199 characters + "…" (see header())
 DEFAULT_MAX_CHARS = 1500  # the content limit when there is no token budget
+SHORT_CHARS = 40  # a chunk with less content is joined to a neighbour of its run when both fit
 
 CountTokens = Callable[[str], int]
 
@@ -129,18 +134,34 @@ def chunk_document(
     if doc.status != "ok" or not doc.text.strip() or not doc.sections:
         return ChunkResult(chunks=[], problems=[])
     chunker = _Chunker(doc, count_tokens, config)
+    children = _children(doc)
+    skipped = _title_only(doc, children)
+    for i in range(len(doc.sections)):
+        segments = _own_segments(doc, i, children[i])
+        if any(doc.text[a:b].strip() for a, b in segments) and i not in skipped:
+            chunker.section(i, segments)
+    chunks = sorted(chunker.chunks, key=lambda c: (c.start, c.end))
+    return ChunkResult(chunks=chunks, problems=chunker.problems)
+
+
+def _children(doc: Document) -> list[list[int]]:
     children: list[list[int]] = [[] for _ in doc.sections]
     for i, s in enumerate(doc.sections):
         if 0 <= s.parent < len(doc.sections) and s.parent != i:
             children[s.parent].append(i)
-    for i in range(len(doc.sections)):
-        segments = _own_segments(doc, i, children[i])
-        if any(doc.text[a:b].strip() for a, b in segments) and not (
-            children[i] and _only_heading(doc, i, segments)
-        ):
-            chunker.section(i, segments)
-    chunks = sorted(chunker.chunks, key=lambda c: (c.start, c.end))
-    return ChunkResult(chunks=chunks, problems=chunker.problems)
+    return children
+
+
+def _title_only(doc: Document, children: list[list[int]]) -> set[int]:
+    """Sections that get no chunk: their own text is nothing but their heading (the root's:
+    the document's title), unless every section holding text is such a one (a page that is
+    only a title keeps it)."""
+    own = {i: _own_segments(doc, i, children[i]) for i in range(len(doc.sections))}
+    texts = {i: segs for i, segs in own.items() if any(doc.text[a:b].strip() for a, b in segs)}
+    out = {i for i, segs in texts.items() if _only_heading(doc, i, segs)}
+    if out and out >= set(texts):  # nothing else: keep the leaves (their headings are all)
+        out = {i for i in out if children[i]}
+    return out
 
 
 # What may stand before a heading's title: Markdown's marker, its number ("2.1", "3.2.",
@@ -161,26 +182,18 @@ def _is_heading(text: str, title: str) -> bool:
 
 
 def _only_heading(doc: Document, idx: int, segments: list[tuple[int, int]]) -> bool:
-    """True when a section's own text is nothing but its heading: a chunk of it would be a
-    title alone, and the header of every chunk of its subsections carries that title already."""
-    if idx == 0:
-        return False
+    """True when a section's own text is nothing but its heading (the root's: the document's
+    title): a chunk of it would be a title alone, which search never shows (a result whose
+    words are all its heading's, ``kbpack.search.gating.heading_only``)."""
     own = " ".join(doc.text[a:b] for a, b in segments)
-    return _is_heading(own, doc.sections[idx].title)
+    title = doc.title if idx == 0 else doc.sections[idx].title
+    return _is_heading(own, title)
 
 
 def title_only_sections(doc: Document) -> set[int]:
-    """Sections that get no chunk: subsections below, and nothing of their own but the
-    heading (see the module docstring)."""
-    children: list[list[int]] = [[] for _ in doc.sections]
-    for i, s in enumerate(doc.sections):
-        if 0 <= s.parent < len(doc.sections) and s.parent != i:
-            children[s.parent].append(i)
-    return {
-        i
-        for i in range(len(doc.sections))
-        if children[i] and _only_heading(doc, i, _own_segments(doc, i, children[i]))
-    }
+    """Sections that get no chunk: nothing of their own but the heading (see the module
+    docstring)."""
+    return _title_only(doc, _children(doc))
 
 
 def _check_config(config: ChunkConfig) -> None:
@@ -379,7 +392,35 @@ class _Chunker:
                 blocks[:2] = [(blocks[0][0], blocks[1][1], blocks[1][2])]
             units = [(a, b) for a, b, _ in blocks]
             levels = [lvl for _, _, lvl in blocks]
+            first = len(self.chunks)
             self.pack(units, [self.cost(a, b) for a, b in units], levels)
+            self.join_short(first)
+
+    def join_short(self, first: int) -> None:
+        """Join each chunk under ``SHORT_CHARS`` emitted from ``first`` on (one run of a
+        section's own text, in order) to the chunk before it, else the one after it, when the
+        two fit the budget together. Joining only grows a chunk: nothing it held is cut."""
+        run = self.chunks[first:]
+        i = 0
+        while i < len(run) and len(run) > 1:
+            c = run[i]
+            if c.end - c.start >= SHORT_CHARS:
+                i += 1
+                continue
+            for a, b in ((i - 1, i), (i, i + 1)):
+                if a < 0 or b >= len(run):
+                    continue
+                tokens = self.measure(run[a].start, run[b].end)
+                if tokens is not None:
+                    s, e = run[a].start, max(run[a].end, run[b].end)
+                    if self.count is not None and not tokens:
+                        tokens = self.count(embedded_text(self.header, self.text[s:e]))
+                    run[a : b + 1] = [Chunk(self.section_idx, s, e, run[a].page, tokens)]
+                    i = a
+                    break
+            else:
+                i += 1
+        self.chunks[first:] = run
 
     def emit(self, s: int, e: int, tokens: int | None) -> None:
         if self.count is not None and not tokens:

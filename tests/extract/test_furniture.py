@@ -267,3 +267,32 @@ def test_links_and_anchors_move_with_the_text_when_repeated_blocks_go(tmp_path: 
         assert "Pump suite" not in doc.text
         assert [doc.text[k.start : k.end] for k in doc.links] == ["next page"]
         assert doc.text[doc.anchors["end"] :].startswith("End")
+
+
+def test_a_footer_link_repeated_on_every_man_page_goes_with_the_footer(tmp_path: Path) -> None:
+    """git's man pages end with the same footer linking to git.html: the footer's link goes
+    with it, every other link and anchor still covers the same words (the dev corpus's build
+    failed on a link left past the shortened text)."""
+    from kbpack.extract import discover, extract_all
+    from kbpack.extract.repeated import RepeatedBlocks
+
+    root = tmp_path / "man"
+    root.mkdir()
+    for i in range(3):
+        (root / f"git-c{i}.html").write_text(
+            f"<html><head><title>git-c{i}</title></head><body><h1>git-c{i}</h1>"
+            f"<p>Banner <a href='index.html'>home</a> of the suite.</p>"
+            f"<p id='desc'>Command {i} is like <a href='git-c{(i + 1) % 3}.html'>its "
+            f"neighbour</a> in every way.</p><p>Part of the <a href='git.html'>git(1)</a> "
+            f"suite</p></body></html>",
+            encoding="utf-8",
+        )
+    found = discover([root], (), (), False)
+    before = list(extract_all(found.candidates))
+    dropped = RepeatedBlocks()
+    after = list(dropped(iter(before)))
+    assert dropped.removed == 6
+    for old, doc in zip(before, after, strict=True):
+        assert [old.text[k.start : k.end] for k in old.links] == ["home", "its neighbour", "git(1)"]
+        assert [doc.text[k.start : k.end] for k in doc.links] == ["its neighbour"]
+        assert doc.text[doc.anchors["desc"] :].startswith("Command")

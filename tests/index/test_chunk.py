@@ -169,18 +169,19 @@ def test_overlap_repeats_units_and_still_covers_everything(text: str, overlap: i
 
 def test_a_heading_alone_before_its_subsections_is_no_chunk() -> None:
     text = (
-        "# 2 Applying\n\n## 2.1 Getting started\n\nRead the guide.\n\n"
-        "## Empty\n\n## 2.2 Mentors\n\nAsk a mentor.\n\n### Sub\n\nDeeper text."
+        "# 2 Applying\n\n## 2.1 Getting started\n\nRead the whole guide before you start.\n\n"
+        "## Empty\n\n## 2.2 Mentors\n\nAsk a mentor.\n\n### Sub\n\nDeeper text that goes on for a while."
     )
     doc = make_doc(text)
     result = chunk_document(doc, count, ChunkConfig(window=256))
     assert contents(doc, result) == [
-        "## 2.1 Getting started\n\nRead the guide.",
-        "## Empty",  # no subsections: its heading is all there is of it, kept
+        "## 2.1 Getting started\n\nRead the whole guide before you start.",
+        # "## Empty": its heading is all there is of it, which search would never show
         "## 2.2 Mentors\n\nAsk a mentor.",
-        "### Sub\n\nDeeper text.",
+        "### Sub\n\nDeeper text that goes on for a while.",
     ]
-    assert title_only_sections(doc) == {1}  # "# 2 Applying": its title is in every header
+    # "# 2 Applying": its title is in every header; "## Empty" (issue 32): a title alone
+    assert title_only_sections(doc) == {1, 3}
     assert section_path(doc, result.chunks[0].section) == ["2 Applying", "2.1 Getting started"]
 
 
@@ -268,10 +269,11 @@ def test_tables_stay_whole_or_split_at_rows() -> None:
     whole = chunk_document(doc, count, ChunkConfig(window=400))
     assert any(table in c for c in contents(doc, whole))
     split = chunk_document(doc, count, ChunkConfig(window=60))
-    table_chunks = [c for c in contents(doc, split) if c.startswith("|")]
+    table_chunks = [c for c in contents(doc, split) if "|" in c]
     assert len(table_chunks) > 1
-    for content in table_chunks:
-        assert all(line.startswith("|") and line.endswith("|") for line in content.split("\n"))
+    for content in table_chunks:  # whole rows (the short "Outro." joins the last rows' chunk)
+        lines = [line for line in content.split("\n") if line not in ("", "Intro.", "Outro.")]
+        assert all(line.startswith("|") and line.endswith("|") for line in lines)
     check_invariants(doc, split, 60)
     # Tables as the HTML and DOCX extractors write them: "cell | cell" rows, no rule row.
     plain = "\n".join(f"key {i}. Still key | value {i}. More value" for i in range(30))
@@ -286,10 +288,13 @@ def test_empty_sections_and_heading_only_documents() -> None:
     result = chunk_document(doc, count, ChunkConfig())
     assert [(c.section, doc.text[c.start : c.end]) for c in result.chunks] == [
         (2, "## B\n\nbody of b"),  # "# A" alone: its title is in the headers below it
-        (3, "## C"),
+        # "## C" alone: a title with nothing under it gets no chunk (issue 32)
     ]
     assert section_path(doc, 2) == ["A", "B"]
+    # a document that is nothing but a heading keeps it: it has nothing else to be found by
     assert chunk_document(make_doc("# Only"), count, ChunkConfig()).chunks[0].section == 1
+    only = make_doc("# Only\n\n## Empty too\n")
+    assert contents(only, chunk_document(only, count, ChunkConfig())) == ["## Empty too"]
     assert chunk_document(make_doc(" \n\t\n"), count, ChunkConfig()).chunks == []
 
 
@@ -393,3 +398,44 @@ def test_every_embedded_text_fits_the_real_model_window(tiny_embedder: Any, text
             if real > window:  # only allowed when the header alone fills the window, reported
                 assert any(h[:60] in p and "alone fills" in p for p in result.problems)
                 assert embedder.count_tokens(embedded_text(h, "x")) > window
+
+
+# -- short chunks (issue 32 item 5) ------------------------------------------------------------
+
+
+def test_a_short_tail_joins_the_chunk_before_it_in_its_section() -> None:
+    """Greedy packing can leave a last block of a few characters (a PDF's "Appendix", a code
+    block's closing brace) as a chunk of its own: it joins its neighbour when both fit."""
+    # over the window: split at sentences, then "See also." is packed on its own
+    long = " ".join(f"Sentence {i} explains the option in detail." for i in range(12))
+    doc = make_doc(
+        f"# Options\n\n{long}\n\nSee also.\n\n## Next\n\nThe next section's own text is here."
+    )
+    chunks = contents(doc, chunk_document(doc, count, ChunkConfig(window=48)))
+    assert all(len(c) >= 40 for c in chunks), chunks
+    assert any(c.endswith(f"{long[-40:]}\n\nSee also.") for c in chunks), chunks
+    # never across a child's heading: "## Next" keeps its own chunk
+    assert chunks[-1] == "## Next\n\nThe next section's own text is here."
+    check_invariants(doc, chunk_document(doc, count, ChunkConfig(window=48)), 48)
+
+
+def test_a_short_chunk_that_fits_nowhere_stays() -> None:
+    """Joining never makes a chunk over the budget: a short block beside full chunks stays."""
+    full = " ".join(f"word{i}" for i in range(57))  # with its header, the whole window
+    doc = make_doc(f"{full}\n\nTail.\n\n{full}")
+    chunks = contents(doc, chunk_document(doc, count, ChunkConfig(window=60)))
+    assert chunks == [full, "Tail.", full]
+
+
+def test_a_page_whose_own_text_is_its_title_gets_no_chunk_for_it() -> None:
+    """SQLite's pages open with their title above numbered sections that are its siblings,
+    not its children: the title alone would be a chunk search never shows, and every chunk's
+    header starts with it."""
+    doc = make_doc(
+        "SQLite Autoincrement\n\n# 1. Summary\n\nAvoid AUTOINCREMENT.",
+        title=("SQLite Autoincrement"),
+    )
+    result = chunk_document(doc, count, ChunkConfig(window=256))
+    assert contents(doc, result) == ["# 1. Summary\n\nAvoid AUTOINCREMENT."]
+    assert 0 in title_only_sections(doc)
+    check_invariants(doc, result, 256)
