@@ -281,7 +281,9 @@ class StoredRows:
         if strided is not None:
             # one vectorised take over the whole mapping (below): no Python loop per chunk
             view, starts, per = strided
-            got = np.take(view, starts[ids // per] + (ids % per) * self.shape[1], axis=0)
+            # (indexing, not np.take: take copies a non-contiguous array whole first, and this
+            # view spans the file)
+            got = view[starts[ids // per] + (ids % per) * self.shape[1]]
             return got.astype(dtype, copy=False)
         if ids.size == 0:
             return np.zeros((0, self.shape[1]), dtype)
@@ -386,10 +388,11 @@ def scan_rounded_many(
 
 
 BATCH_WIDTH = 8  # queries a float32 batch pass multiplies at once, padded with zero columns
-# rows per matrix product: a block (384 KiB at 384 dims) stays in a core's cache, and a product
-# this small runs on the calling thread (OpenBLAS threads on a busy machine lose: one product
-# of the whole matrix took 0.5-6 s where these blocks took 0.25 s; bench/RESULTS.md)
-BLOCK_ROWS = 256
+# rows per matrix product: a block (192 KiB at 384 dims) stays in a core's cache, and a product
+# this small runs on the calling thread. OpenBLAS's threads lose on a busy machine: 404k rows x
+# 8 queries took 0.19-0.24 s in blocks of 128 rows, 0.26-0.33 s in 256, 1.6-9.7 s in 512 and
+# 0.5-0.6 s as one product (2 cores, load 10; bench/RESULTS.md "Serve in batches")
+BLOCK_ROWS = 128
 
 
 def float32_error(q: np.ndarray) -> float:

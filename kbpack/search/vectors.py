@@ -138,6 +138,15 @@ class PackVectors:
         parts = rounded_chunk_scores_many(stored, queries, self.pieces(), float32)
         return [self._finite(d) for d in parts]
 
+    def make_float32(self) -> bool:
+        """Make the float32 copies now, waiting for them (a bench, or a caller that would
+        rather pay at start than on the first batch); whether they were made."""
+        if self.float32_budget is None or not self.r.has_vectors:
+            return False
+        self.float32_wait = True
+        stored = self.r.stored_rows(F.VEC_DATA)
+        return self.float32_rows(self.stored(stored.shape[1])) is not None
+
     def float32_rows(self, stored: Any) -> tuple[Float32Rows, Float32Rows | None] | None:
         """Float32 copies of the chunk and piece vectors when the budget has room for both (4
         bytes per number), else None: batches scan the stored float16 rows

@@ -3,8 +3,8 @@ batches that let concurrent requests share the work.
 
 Concurrent searches of one searcher (a pack, or every pack as one) are answered in batches
 (``Batches``): a request joins the queue; whatever is queued while a batch runs becomes the
-next batch, run by ``Searcher.search_many`` -- each query embedded alone (one call for all with
-``embed_together``), one pass over the vectors for all: a BLAS matrix product with float32
+next batch, run by ``Searcher.search_many`` -- each query embedded alone, in its caller's
+thread while the batch before it runs (one call for all with ``embed_together``), one pass over the vectors for all: a BLAS matrix product with float32
 copies of the vectors where ``vector_memory_mb`` allows (``Float32Rows``), else a float16
 scan. Either way each request's answer is the one it gets alone, bit for bit, and the one
 ``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a ``Searcher`` keeps no per-query state, its
@@ -55,16 +55,24 @@ class Batches:
     def __init__(self, searcher: Searcher, embed_together: bool = False) -> None:
         self.searcher = searcher
         self.embed_together = embed_together
-        self._queue: list[tuple[SearchRequest, Future[SearchResponse]]] = []
+        self._queue: list[tuple[SearchRequest, np.ndarray | None, Future[SearchResponse]]] = []
         self._lock = threading.Lock()
         self._working = False
         self.batches = 0  # batches run, and the requests in them (tests, bench/serve_load.py)
         self.requests = 0
 
     def search(self, request: SearchRequest) -> SearchResponse:
+        request.check()
+        # the query is embedded here, in the caller's thread, alone (the vector a lone search
+        # embeds), while the batch before it runs: the model and the scan of the vectors
+        # overlap instead of one waiting for the other
+        vector = None
+        alone = not self.embed_together and request.mode != "bm25"
+        if alone and self.searcher.embedder is not None:
+            vector = self.searcher.query_vector(request.query)
         done: Future[SearchResponse] = Future()
         with self._lock:
-            self._queue.append((request, done))
+            self._queue.append((request, vector, done))
             start = not self._working
             self._working = True
         if start:
@@ -80,18 +88,26 @@ class Batches:
                     return
             self.batches += 1
             self.requests += len(batch)
+            requests = [req for req, _, _ in batch]
+            given = [v for _, v, _ in batch]
+            vectors = None
+            if any(v is not None for v in given):
+                width = next(v for v in given if v is not None).shape[-1]
+                vectors = np.stack([np.zeros(width, np.float32) if v is None else v for v in given])
             try:
-                requests = [req for req, _ in batch]
-                answers = self.searcher.search_many(requests, embed_together=self.embed_together)
+                answers = self.searcher.search_many(
+                    requests, vectors, embed_together=self.embed_together
+                )
             except BaseException:
                 answers = None
             if answers is not None:
-                for (_, done), answer in zip(batch, answers, strict=True):
+                for (_, _, done), answer in zip(batch, answers, strict=True):
                     done.set_result(answer)
                 continue
-            for req, done in batch:
+            for j, (req, _, done) in enumerate(batch):
                 try:
-                    done.set_result(self.searcher.search_many([req])[0])
+                    one = None if vectors is None else vectors[j : j + 1]
+                    done.set_result(self.searcher.search_many([req], one)[0])
                 except BaseException as e:
                     done.set_exception(e)
 
@@ -242,6 +258,15 @@ class Library:
         except BaseException:
             self.close()
             raise
+
+    def make_vector_copies(self) -> int:
+        """Make every pack's float32 copies now (``--vector-memory``), instead of on its first
+        batch; how many packs have them."""
+        made = 0
+        for p in self.packs.values():
+            vectors = getattr(p.searcher.corpus, "vectors", None)
+            made += isinstance(vectors, PackVectors) and vectors.make_float32()
+        return made
 
     def _open(self, path: Path) -> tuple[PackReader, Searcher, dict[str, Any]]:
         """Open ``path`` once, check that open file, and make its searcher."""

@@ -349,7 +349,7 @@ def test_one_pass_top_is_exact_among_near_ties(tmp_path: Path) -> None:
 def test_float32_batch_scores_are_the_same_bits_alone_or_in_any_batch(stored: Stored) -> None:
     """``Float32Rows`` (a server's batches): a query's scores are the same bits alone, among 7
     others, among 19 (three products of 8 columns) and in another order; and within
-    ``float32_error`` of the exact re-score's. Rows 3000: several 256-row blocks and a short
+    ``float32_error`` of the exact re-score's. Rows 3000: several 128-row blocks and a short
     last one."""
     from kbpack.pack.vector_scan import BATCH_WIDTH, Float32Rows, float32_error
 
