@@ -141,6 +141,9 @@ def serve_run(
         stdout=subprocess.PIPE,
         text=True,
         env=env,
+        # python -m puts the working directory first on sys.path, before PYTHONPATH: a peer
+        # run from this checkout's directory would import this checkout's kbpack
+        cwd=pythonpath or None,
     )
     try:
         assert proc.stdout is not None
