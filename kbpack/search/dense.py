@@ -8,8 +8,11 @@ scale, so packs with and without pieces score alike. The refusal threshold is st
 to the chunk's own cosine distance: the threshold was calibrated on it, and a single matching
 sentence must not make an off-topic chunk look closer than it is.
 
-Vectors are scanned as stored, float16, block by block (``kbpack/pack/vector_scan.py``): neither the
-chunk vectors nor the pieces (~4x as many) are ever held as a float32 matrix.
+Vectors are scanned as stored, float16, block by block (``kbpack/pack/vector_scan.py``): a query
+never holds the chunk vectors or the pieces (~4x as many) as a float32 matrix. A server's
+batches may (``Float32Rows``, within ``kbpack serve --vector-memory``): other rounded scores,
+the same top and the same exact scores, since every score a search returns is re-scored by
+``row_dots``, whose result for a row does not depend on the rows re-scored with it.
 
 A query scans every row once, against the query rounded to float16 (``scan_rounded``): each
 score is then within a bound ``error`` of the float32 reference's (``rounding_error``, ~3e-4 for
