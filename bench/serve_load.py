@@ -136,16 +136,22 @@ def serve_run(
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kbpack", "serve", str(pack), "--port", "0", "--json"],
+        [sys.executable, "-m", "kbpack", "serve", str(pack), "--port", "0", "--json"]
+        + ([] if pythonpath else ["--vector-memory", str(args.vector_memory)]),
         stdout=subprocess.PIPE,
         text=True,
         env=env,
+        # python -m puts the working directory first on sys.path, before PYTHONPATH: a peer
+        # run from this checkout's directory would import this checkout's kbpack
+        cwd=pythonpath or None,
     )
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
         base = f"http://127.0.0.1:{info['port']}"
-        load(base, texts[:8], mode, 2, 2.0, 200, None)  # warm-up: first requests, thread pool
+        # warm-up: first requests, thread pool, and the batches' float32 copies (made in a
+        # thread on the first batch: 2-6 s at 100k chunks with pieces here)
+        load(base, texts[:8], mode, 8, 8.0, 400, None)
         out = load(base, texts, mode, clients, args.seconds, args.max_requests, None)
         out["peak_rss_mb"] = peak_rss_mb(proc.pid)
         return out
@@ -200,15 +206,27 @@ def _library(pack: Path, texts: list[str], mode: str, seconds: float, cap: int) 
 
 
 def batched_run(
-    pack: Path, texts: list[str], mode: str, clients: int, seconds: float, cap: int, together: bool
+    pack: Path,
+    texts: list[str],
+    mode: str,
+    clients: int,
+    seconds: float,
+    cap: int,
+    together: bool,
+    vector_memory_mb: int = 1024,
 ) -> dict[str, Any]:
     """In-process, no HTTP: ``clients`` threads calling ``Library.search`` (the server's
-    batches) for ``seconds``: what batching buys without the HTTP layer's cost."""
+    batches) for ``seconds``: what batching buys without the HTTP layer's cost. The float32
+    copies (``vector_memory_mb``; 0: none, the float16 batch scan) are made before the clock
+    starts (a server makes them on its first batch)."""
     from kbpack.serve.library import Library
 
     lat: list[float] = []
     lock = threading.Lock()
-    with Library([pack], verify=False, embed_together=together) as lib:
+    with Library(
+        [pack], verify=False, embed_together=together, vector_memory_mb=vector_memory_mb
+    ) as lib:
+        lib.make_vector_copies()
         for q in texts[:8]:
             lib.search(None, q, k=5, mode=mode)
         deadline = time.perf_counter() + seconds
@@ -238,6 +256,8 @@ def batched_run(
         b = lib.get(None).batches
         out = summary(lat, [], wall)
         out["mean_batch"] = round(b.requests / b.batches, 2) if b.batches else None
+        out["vector_copies_mb"] = round(lib.vector_memory.used / 2**20, 1)
+        out["peak_rss_mb"] = peak_rss_mb(os.getpid())  # the whole bench process's, so far
         return out
 
 
@@ -245,16 +265,25 @@ def interleaved(
     pack: Path, texts: list[str], mode: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     """``--rounds``: on a machine whose load changes by the second, the library peer and the
-    in-process batches (each query embedded alone, and together) alternate in short windows,
-    round after round; each round's ratio compares windows seconds apart."""
+    in-process batches alternate in short windows, round after round; each round's ratio
+    compares windows seconds apart. Batches: each query embedded alone with float32 copies of
+    the vectors (the server's default), alone with the float16 scan (``--vector-memory 0``),
+    and embedded together with the copies."""
     out: dict[str, Any] = {}
+    kinds = {
+        "embed_alone": (False, args.vector_memory),
+        "embed_alone_float16": (False, 0),
+        "embed_together": (True, args.vector_memory),
+    }
     for clients in args.clients:
-        ratios: dict[str, list[float]] = {"embed_alone": [], "embed_together": []}
+        ratios: dict[str, list[float]] = {name: [] for name in kinds}
+        p99: dict[str, list[float]] = {name: [] for name in ["library", *kinds]}
         runs: list[dict[str, Any]] = []
         for _ in range(args.rounds):
             lib = library_run(pack, texts, mode, args.seconds, args.max_requests)
             row = {"library": lib}
-            for name in ratios:
+            p99["library"].append(lib["p99_ms"])
+            for name, (together, memory) in kinds.items():
                 b = batched_run(
                     pack,
                     texts,
@@ -262,14 +291,17 @@ def interleaved(
                     clients,
                     args.seconds,
                     args.max_requests,
-                    name == "embed_together",
+                    together,
+                    memory,
                 )
+                p99[name].append(b["p99_ms"])
                 row[name] = b
                 ratios[name].append(b["rps"] / lib["rps"] if lib["rps"] else float("nan"))
             runs.append(row)
         out[str(clients)] = {
             "runs": runs,
             "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
+            "median_p99_ms": {k: round(statistics.median(v), 1) for k, v in p99.items()},
             "ratios": {k: [round(x, 2) for x in v] for k, v in ratios.items()},
         }
         if not args.json:
@@ -317,6 +349,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--rounds", type=int, default=0, help="only the in-process comparison, interleaved"
+    )
+    ap.add_argument(
+        "--vector-memory", type=int, default=1024, help="MB of float32 copies (serve's option)"
     )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-requests", type=int, default=20000)

@@ -238,10 +238,11 @@ class StoredRows:
         kernel, error = pick_kernel(q, use_simsimd, rounded)
         return _total(self.scan_parts(kernel)), error
 
-    def scan_parts(self, kernel: Kernel) -> np.ndarray:
-        """``(rows, kernel.parts)`` float32: ``kernel`` applied to every row, block by block."""
+    def scan_parts(self, kernel: Kernel, out: np.ndarray | None = None) -> np.ndarray:
+        """``(rows, kernel.parts)`` float32: ``kernel`` applied to every row, block by block
+        (into ``out`` where given)."""
         n, dims = self.shape
-        parts = np.empty((n, kernel.parts), np.float32)  # type: ignore[attr-defined]
+        parts = np.empty((n, kernel.parts), np.float32) if out is None else out  # type: ignore[attr-defined]
         if self._blocks is not None:
             aligned = None
             for first, view in self._blocks:
@@ -276,11 +277,14 @@ class StoredRows:
         ids = np.asarray(ids, dtype=np.int64)
         if self._blocks is None:
             return self.checked_rows(ids).astype(dtype, copy=False)
-        strided = self._rows_view() if dtype == FLOAT16 and ids.size else None
+        strided = self._rows_view() if ids.size else None
         if strided is not None:
             # one vectorised take over the whole mapping (below): no Python loop per chunk
             view, starts, per = strided
-            return np.take(view, starts[ids // per] + (ids % per) * self.shape[1], axis=0)
+            # (indexing, not np.take: take copies a non-contiguous array whole first, and this
+            # view spans the file)
+            got = view[starts[ids // per] + (ids % per) * self.shape[1]]
+            return got.astype(dtype, copy=False)
         if ids.size == 0:
             return np.zeros((0, self.shape[1]), dtype)
         out = np.empty((ids.size, self.shape[1]), dtype)
@@ -381,6 +385,88 @@ def scan_rounded_many(
     for at in range(0, matrix.shape[0], step):
         kernel(np.ascontiguousarray(matrix[at : at + step]), out[at : at + step])
     return out, errors
+
+
+BATCH_WIDTH = 8  # queries a float32 batch pass multiplies at once, padded with zero columns
+# rows per matrix product: a block (192 KiB at 384 dims) stays in a core's cache, and a product
+# this small runs on the calling thread. OpenBLAS's threads lose on a busy machine: 404k rows x
+# 8 queries took 0.19-0.24 s in blocks of 128 rows, 0.26-0.33 s in 256, 1.6-9.7 s in 512 and
+# 0.5-0.6 s as one product (2 cores, load 10; bench/RESULTS.md "Serve in batches")
+BLOCK_ROWS = 128
+
+
+def float32_error(q: np.ndarray) -> float:
+    """A bound on ``|s - x|``, ``s`` a float32 ``row . q`` as ``Float32Rows`` computes it (BLAS,
+    any order) and ``x`` the exact re-score's (``kbpack/search/dense.py``, another order), for
+    every row of norm <= 1 + tolerance: each errs by at most ``gamma(dims) |row| |q|``
+    (Higham), plus a few units in the last place for the piece blend's own rounding."""
+    q = np.asarray(q, dtype=np.float64)
+    nu = q.size * 2.0**-24
+    gamma = nu / (1.0 - nu)
+    return float(2.0 * gamma * (1.0 + NORM_TOLERANCE) * np.linalg.norm(q) + 16 * 2.0**-24)
+
+
+class Float32Rows:
+    """A float32 copy of a vector dataset, held in memory (4 bytes per number: 1.5 KiB a
+    384-dimension vector), that a batch of queries is multiplied with in one BLAS matrix
+    product: what a server's batches scan (``kbpack.serve.library``) when its memory budget
+    allows. numpy's float16 -> float32 conversion (~2-6 ns a number) is paid once, here,
+    instead of once per (row, query) pair as simsimd's kernel does.
+
+    The queries go in ``BATCH_WIDTH`` columns at a time, the unused ones zero, against
+    ``BLOCK_ROWS`` rows at a time: the products have the same shapes whatever the batch, so
+    OpenBLAS splits and orders them the same way whatever the other columns hold, and a
+    query's scores are the same bits alone or in any batch
+    (tests/pack/test_vector_scan.py). They are not simsimd's bits: the scores differ from the
+    one-query scan's in the last places, within ``float32_error``; a search re-scores its top
+    exactly, from the stored rows, so what it returns does not depend on which scan ran."""
+
+    def __init__(self, rows: np.ndarray | StoredRows) -> None:
+        n, dims = rows.shape if isinstance(rows, StoredRows) else np.asarray(rows).shape
+        self.shape: tuple[int, int] = (int(n), int(dims))
+        self.matrix = np.empty(self.shape, np.float32)
+        if isinstance(rows, StoredRows):
+
+            def convert(block: np.ndarray, out: np.ndarray) -> np.ndarray:
+                out[:] = block
+                return out
+
+            convert.parts = dims  # type: ignore[attr-defined]
+            rows.scan_parts(convert, self.matrix)
+        else:
+            self.matrix[:] = np.asarray(rows)
+
+    @staticmethod
+    def nbytes(rows: np.ndarray | StoredRows) -> int:
+        n, dims = rows.shape if isinstance(rows, StoredRows) else np.asarray(rows).shape
+        return int(n) * int(dims) * 4
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def scan_many(self, queries: np.ndarray) -> tuple[np.ndarray, list[float]]:
+        """``(rows, B)`` float32 ``row . q`` for each row of ``queries`` (B, dims), and each
+        query's ``float32_error``."""
+        queries = np.asarray(queries, dtype=np.float32)
+        n, dims = self.shape
+        b = len(queries)
+        width = -(-b // BATCH_WIDTH) * BATCH_WIDTH
+        padded = np.zeros((dims, width), np.float32)
+        padded[:, :b] = queries.T
+        columns = [
+            np.ascontiguousarray(padded[:, at : at + BATCH_WIDTH])
+            for at in range(0, width, BATCH_WIDTH)
+        ]
+        out = np.empty((n, width), np.float32)
+        block = np.empty((BLOCK_ROWS, BATCH_WIDTH), np.float32)  # contiguous: BLAS writes it
+        # each block of rows is read from memory once for the whole batch, then stays in cache
+        # for each further BATCH_WIDTH queries
+        for first in range(0, n, BLOCK_ROWS):
+            rows = self.matrix[first : first + BLOCK_ROWS]
+            m = rows.shape[0]
+            for at, cols in zip(range(0, width, BATCH_WIDTH), columns, strict=True):
+                out[first : first + m, at : at + BATCH_WIDTH] = np.matmul(rows, cols, out=block[:m])
+        return out[:, :b], [float32_error(q) for q in queries]
 
 
 def rows_of(rows: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:

@@ -8,8 +8,11 @@ scale, so packs with and without pieces score alike. The refusal threshold is st
 to the chunk's own cosine distance: the threshold was calibrated on it, and a single matching
 sentence must not make an off-topic chunk look closer than it is.
 
-Vectors are scanned as stored, float16, block by block (``kbpack/pack/vector_scan.py``): neither the
-chunk vectors nor the pieces (~4x as many) are ever held as a float32 matrix.
+Vectors are scanned as stored, float16, block by block (``kbpack/pack/vector_scan.py``): a query
+never holds the chunk vectors or the pieces (~4x as many) as a float32 matrix. A server's
+batches may (``Float32Rows``, within ``kbpack serve --vector-memory``): other rounded scores,
+the same top and the same exact scores, since every score a search returns is re-scored by
+``row_dots``, whose result for a row does not depend on the rows re-scored with it.
 
 A query scans every row once, against the query rounded to float16 (``scan_rounded``): each
 score is then within a bound ``error`` of the float32 reference's (``rounding_error``, ~3e-4 for
@@ -27,6 +30,7 @@ import numpy as np
 
 from kbpack.pack.format import PIECE_WEIGHT as PIECE_WEIGHT
 from kbpack.pack.vector_scan import (
+    Float32Rows,
     StoredRows,
     rows_of,
     scan,
@@ -93,32 +97,43 @@ def rounded_chunk_scores(
 
 
 def rounded_chunk_scores_many(
-    chunk_vectors: np.ndarray | StoredRows, queries: np.ndarray, pieces: PieceIndex | None
+    chunk_vectors: np.ndarray | StoredRows,
+    queries: np.ndarray,
+    pieces: PieceIndex | None,
+    float32: tuple[Float32Rows, Float32Rows | None] | None = None,
 ) -> list[DenseScores]:
     """``rounded_chunk_scores`` of each row of ``queries`` (B, dims), the same bits, from one
     pass over the rows for the whole batch (``scan_rounded_many``); what a server's batch of
-    concurrent queries scans."""
+    concurrent queries scans. ``float32``: in-memory float32 copies of the chunk and piece
+    vectors (``Float32Rows``), multiplied with the batch by BLAS instead: other bits in the
+    rounded scores (within ``float32_error``), the same top and the same exact scores."""
     queries = np.asarray(queries, dtype=np.float32)
-    cos_all, errors = scan_rounded_many(chunk_vectors, queries)
     with_pieces = pieces is not None and pieces.owners.size > 0
+    if float32 is not None:
+        cos_all, errors = float32[0].scan_many(queries)
+    else:
+        cos_all, errors = scan_rounded_many(chunk_vectors, queries)
     if with_pieces:
         assert pieces is not None
-        piece_all, piece_errors = scan_rounded_many(pieces.vectors, queries)
-    out = []
-    for j, q in enumerate(queries):
-        score = cos = np.ascontiguousarray(cos_all[:, j])
-        error = errors[j]
-        if with_pieces:
-            assert pieces is not None
-            error = max(error, piece_errors[j])
-            best = cos.copy()
-            piece_cos = np.ascontiguousarray(piece_all[:, j])
-            best[pieces.owners] = np.maximum.reduceat(piece_cos, pieces.starts)
-            score = (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT)
+        if float32 is not None and float32[1] is not None:
+            piece_all, piece_errors = float32[1].scan_many(queries)
         else:
-            cos = cos.copy()  # score and cos are patched apart
-        out.append(DenseScores(score, cos, error, _rescorer(chunk_vectors, q, pieces)))
-    return out
+            piece_all, piece_errors = scan_rounded_many(pieces.vectors, queries)
+    # the blend on the whole (rows, B) matrix at once: the same element-wise operations on the
+    # same numbers as one query's (max is exact), so the same bits, without a pass per query
+    score_all = cos_all
+    if with_pieces:
+        assert pieces is not None
+        best_all = cos_all.copy()
+        best_all[pieces.owners] = np.maximum.reduceat(piece_all, pieces.starts, axis=0)
+        score_all = (cos_all + PIECE_WEIGHT * best_all) / (1.0 + PIECE_WEIGHT)
+        errors = [max(e, p) for e, p in zip(errors, piece_errors, strict=True)]
+    cos_rows = np.ascontiguousarray(cos_all.T)  # (B, rows): each query's scores contiguous
+    score_rows = np.ascontiguousarray(score_all.T) if with_pieces else cos_rows.copy()
+    return [
+        DenseScores(score_rows[j], cos_rows[j], errors[j], _rescorer(chunk_vectors, q, pieces))
+        for j, q in enumerate(queries)
+    ]
 
 
 def _rescorer(
@@ -241,7 +256,7 @@ def exact_scores(
     ``read(vectors, rows)``."""
     ids = np.asarray(ids, dtype=np.int64)
     q = np.asarray(q, dtype=np.float32)
-    cos = read(chunk_vectors, ids) @ q
+    cos = row_dots(read(chunk_vectors, ids), q)
     if pieces is None or pieces.owners.size == 0:
         return cos, cos.copy()
     best = cos.copy()
@@ -256,9 +271,18 @@ def exact_scores(
         # every owner's piece rows, end to end, and the max over each owner's run
         runs = np.repeat(starts - np.r_[0, np.cumsum(ends - starts)[:-1]], ends - starts)
         rows = np.arange(runs.size) + runs
-        piece_cos = read(pieces.vectors, rows) @ q
+        piece_cos = row_dots(read(pieces.vectors, rows), q)
         best[has] = np.maximum.reduceat(piece_cos, np.r_[0, np.cumsum(ends - starts)[:-1]])
     return (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT), cos
+
+
+def row_dots(rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Float32 ``rows @ q``, each row's dot product the same bits whichever rows are read with
+    it: a product and numpy's pairwise sum along the row. (BLAS's ``rows @ q`` is not: its
+    kernel takes rows four at a time and the rest another way, so a row re-scored among 7
+    others and among 100 could differ in the last place, and two scans of a query that picked
+    different rows to re-score would show different scores for one chunk.)"""
+    return np.multiply(rows, q).sum(axis=1, dtype=np.float32)
 
 
 def _checked_rows(vectors: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ one unit query vector. ``scores_many`` gives, for a batch of query vectors, the 
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
+from kbpack.pack.vector_scan import Float32Rows
 from kbpack.search.dense import (
     DenseScores,
     PieceIndex,
@@ -24,6 +26,27 @@ from kbpack.search.dense import (
     rounded_chunk_scores_many,
 )
 from kbpack.search.ivf import ivf_dense_scores
+
+
+class Float32Budget:
+    """How many bytes of float32 vector copies (``Float32Rows``) a server's packs may hold
+    together: each pack takes its share on its first batch and gives it back when dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > self.limit:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
 
 
 class PackVectors:
@@ -39,6 +62,11 @@ class PackVectors:
         self.exact = False
         self.probe: int | None = None
         self._centroids: np.ndarray | None = None
+        # a server's budget for float32 copies that its batches multiply (None: never copy)
+        self.float32_budget: Float32Budget | None = None
+        self._float32: tuple[Float32Rows, Float32Rows | None] | bool | None = None
+        self._float32_lock = threading.Lock()
+        self.float32_wait = False
 
     def use_ivf(self, exact: bool, probe: int | None) -> None:
         if probe is not None and probe < 1:
@@ -106,8 +134,55 @@ class PackVectors:
         if not self.exact and self.r.ivf_index() is not None:
             return [self.scores(q) for q in queries]
         stored = self.stored(queries.shape[-1])
-        parts = rounded_chunk_scores_many(stored, queries, self.pieces())
+        float32 = self.float32_rows(stored) if len(queries) > 1 else None
+        parts = rounded_chunk_scores_many(stored, queries, self.pieces(), float32)
         return [self._finite(d) for d in parts]
+
+    def make_float32(self) -> bool:
+        """Make the float32 copies now, waiting for them (a bench, or a caller that would
+        rather pay at start than on the first batch); whether they were made."""
+        if self.float32_budget is None or not self.r.has_vectors:
+            return False
+        self.float32_wait = True
+        stored = self.r.stored_rows(F.VEC_DATA)
+        return self.float32_rows(self.stored(stored.shape[1])) is not None
+
+    def float32_rows(self, stored: Any) -> tuple[Float32Rows, Float32Rows | None] | None:
+        """Float32 copies of the chunk and piece vectors when the budget has room for both (4
+        bytes per number), else None: batches scan the stored float16 rows
+        (``scan_rounded_many``). The first batch starts the copy in a thread (2-6 s at 100k
+        chunks with pieces on a busy machine) and batches scan float16 until it is done, so no
+        request waits for it; ``float32_wait``: the first batch waits instead (tests)."""
+        if self.float32_budget is None:
+            return None
+        with self._float32_lock:
+            start = self._float32 is None
+            if start:
+                pieces = self.pieces()
+                piece_rows = pieces.vectors if pieces is not None and pieces.owners.size else None
+                need = Float32Rows.nbytes(stored)
+                if piece_rows is not None:
+                    need += Float32Rows.nbytes(piece_rows)
+                budget = self.float32_budget
+                self._float32 = budget.take(need)  # True: being made; False: no room
+                if self._float32:
+                    weakref.finalize(self, budget.give, need)
+        if start and self._float32:
+
+            def make() -> None:
+                copies = (
+                    Float32Rows(stored),
+                    None if piece_rows is None else Float32Rows(piece_rows),
+                )
+                with self._float32_lock:
+                    self._float32 = copies
+
+            if self.float32_wait:
+                make()
+            else:
+                threading.Thread(target=make, daemon=True, name="kbpack-float32").start()
+        got = self._float32
+        return got if isinstance(got, tuple) else None
 
     def checked(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``scores`` of the chunks ``ids`` from vectors read through HDF5's checksum."""

@@ -3,8 +3,11 @@ batches that let concurrent requests share the work.
 
 Concurrent searches of one searcher (a pack, or every pack as one) are answered in batches
 (``Batches``): a request joins the queue; whatever is queued while a batch runs becomes the
-next batch, run by ``Searcher.search_many`` -- one embedder call for all its queries, one pass
-over the vectors. No lock is held around a search: a ``Searcher`` keeps no per-query state, its
+next batch, run by ``Searcher.search_many`` -- each query embedded alone, in its caller's
+thread while the batch before it runs (one call for all with ``embed_together``), one pass over the vectors for all: a BLAS matrix product with float32
+copies of the vectors where ``vector_memory_mb`` allows (``Float32Rows``), else a float16
+scan. Either way each request's answer is the one it gets alone, bit for bit, and the one
+``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a ``Searcher`` keeps no per-query state, its
 lazy reads are guarded where they are made, a llama.cpp context (not thread-safe) is wrapped
 so its calls run one at a time (``SerialEmbedder``), and h5py serialises its own calls.
 """
@@ -32,10 +35,14 @@ from kbpack.pack.sign import SignaturePolicy
 from kbpack.search.assemble import SerialEmbedder as SerialEmbedder
 from kbpack.search.assemble import assemble
 from kbpack.search.searcher import MODES, Searcher, SearchRequest, SearchResponse
+from kbpack.search.vectors import Float32Budget, PackVectors
 from kbpack.text.document import Page
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
+# float32 copies of the vectors that batches multiply (``Float32Rows``): at most this much for
+# all the packs served (kbpack serve --vector-memory)
+VECTOR_MEMORY_MB = 1024
 
 
 class Batches:
@@ -48,16 +55,24 @@ class Batches:
     def __init__(self, searcher: Searcher, embed_together: bool = False) -> None:
         self.searcher = searcher
         self.embed_together = embed_together
-        self._queue: list[tuple[SearchRequest, Future[SearchResponse]]] = []
+        self._queue: list[tuple[SearchRequest, np.ndarray | None, Future[SearchResponse]]] = []
         self._lock = threading.Lock()
         self._working = False
         self.batches = 0  # batches run, and the requests in them (tests, bench/serve_load.py)
         self.requests = 0
 
     def search(self, request: SearchRequest) -> SearchResponse:
+        request.check()
+        # the query is embedded here, in the caller's thread, alone (the vector a lone search
+        # embeds), while the batch before it runs: the model and the scan of the vectors
+        # overlap instead of one waiting for the other
+        vector = None
+        alone = not self.embed_together and request.mode != "bm25"
+        if alone and self.searcher.embedder is not None:
+            vector = self.searcher.query_vector(request.query)
         done: Future[SearchResponse] = Future()
         with self._lock:
-            self._queue.append((request, done))
+            self._queue.append((request, vector, done))
             start = not self._working
             self._working = True
         if start:
@@ -73,18 +88,26 @@ class Batches:
                     return
             self.batches += 1
             self.requests += len(batch)
+            requests = [req for req, _, _ in batch]
+            given = [v for _, v, _ in batch]
+            vectors = None
+            if any(v is not None for v in given):
+                width = next(v for v in given if v is not None).shape[-1]
+                vectors = np.stack([np.zeros(width, np.float32) if v is None else v for v in given])
             try:
-                requests = [req for req, _ in batch]
-                answers = self.searcher.search_many(requests, embed_together=self.embed_together)
+                answers = self.searcher.search_many(
+                    requests, vectors, embed_together=self.embed_together
+                )
             except BaseException:
                 answers = None
             if answers is not None:
-                for (_, done), answer in zip(batch, answers, strict=True):
+                for (_, _, done), answer in zip(batch, answers, strict=True):
                     done.set_result(answer)
                 continue
-            for req, done in batch:
+            for j, (req, _, done) in enumerate(batch):
                 try:
-                    done.set_result(self.searcher.search_many([req])[0])
+                    one = None if vectors is None else vectors[j : j + 1]
+                    done.set_result(self.searcher.search_many([req], one)[0])
                 except BaseException as e:
                     done.set_exception(e)
 
@@ -200,8 +223,14 @@ class Library:
         on_progress: Callable[[str], None] | None = None,
         policy: SignaturePolicy | None = None,
         embed_together: bool = False,
+        vector_memory_mb: int = VECTOR_MEMORY_MB,
     ) -> None:
-        """``embed_together``: a batch's queries embedded in one call (``Batches``)."""
+        """``embed_together``: a batch's queries embedded in one call (``Batches``).
+        ``vector_memory_mb``: how much memory float32 copies of the packs' vectors may take,
+        for batches to multiply with BLAS (4 bytes per number of every chunk and piece vector;
+        a pack that does not fit, or 0, is scanned from its stored float16 rows)."""
+        if vector_memory_mb < 0:
+            raise UsageError(f"--vector-memory {vector_memory_mb}: give megabytes, 0 or more")
         if not paths:
             raise UsageError("give at least one pack: kbpack serve PACK...")
         self._say = on_progress or (lambda _: None)
@@ -211,6 +240,7 @@ class Library:
         self._load_model = load_model
         self._policy = policy or SignaturePolicy()  # default: the trusted keys configured
         self._together = embed_together
+        self.vector_memory = Float32Budget(vector_memory_mb << 20)
         self.packs: dict[str, Served] = {}
         self.federated: Searcher | None = None  # over every pack, when several are served
         self._federated_batches: Batches | None = None
@@ -228,6 +258,15 @@ class Library:
         except BaseException:
             self.close()
             raise
+
+    def make_vector_copies(self) -> int:
+        """Make every pack's float32 copies now (``--vector-memory``), instead of on its first
+        batch; how many packs have them."""
+        made = 0
+        for p in self.packs.values():
+            vectors = getattr(p.searcher.corpus, "vectors", None)
+            made += isinstance(vectors, PackVectors) and vectors.make_float32()
+        return made
 
     def _open(self, path: Path) -> tuple[PackReader, Searcher, dict[str, Any]]:
         """Open ``path`` once, check that open file, and make its searcher."""
@@ -248,6 +287,9 @@ class Library:
                 [reader], model=self._model, load_model=self._load_model, shared=self._embedders
             )
             searcher.prepare()
+            vectors = getattr(searcher.corpus, "vectors", None)
+            if isinstance(vectors, PackVectors):  # (the set's searcher reuses these corpora)
+                vectors.float32_budget = self.vector_memory
         except BaseException:
             reader.close()
             raise

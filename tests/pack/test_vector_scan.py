@@ -29,7 +29,12 @@ def unit(rng: np.random.Generator, n: int, dims: int = DIMS) -> np.ndarray:
 
 
 def reference(vectors16: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return vectors16.astype(np.float32) @ q
+    """The float32 scores a search's exact re-score gives (``row_dots``: each row's dot
+    product the same bits whatever rows come with it; BLAS's ``@`` is not, so near ties
+    ordered by it would depend on the rows read together)."""
+    from kbpack.search.dense import row_dots
+
+    return row_dots(vectors16.astype(np.float32), np.asarray(q, np.float32))
 
 
 def top(scores: np.ndarray, k: int = TOP) -> list[int]:
@@ -267,6 +272,32 @@ def test_rows_as_scanned_equal_the_checked_rows(stored: Stored) -> None:
         np.testing.assert_array_equal(rows.rows(ids), rows.checked_rows(ids))
         np.testing.assert_array_equal(rows.rows(ids), chunks[ids].astype(np.float32))
         assert rows.rows(np.zeros(0, np.int64)).shape == (0, DIMS)
+        np.testing.assert_array_equal(rows.rows16(ids), chunks[ids])
+    finally:
+        rows.close()
+        h.close()
+
+
+def test_gathering_rows_reads_those_rows_only(stored: Stored) -> None:
+    """``rows``/``rows16`` through the strided view of the mapped file allocate the rows asked
+    for, not a copy of the whole view (np.take made one: file size x dims bytes, 147 GiB for
+    the 100k-chunk synthetic pack, a MemoryError in every IVF search of it)."""
+    import tracemalloc
+
+    path, chunks, _, _ = stored
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        assert rows._rows_view() is not None  # this file's chunks allow the strided view
+        ids = np.array([2999, 0, 341, 1234])
+        tracemalloc.start()
+        try:
+            got16, got32 = rows.rows16(ids), rows.rows(ids)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(got16, chunks[ids])
+        np.testing.assert_array_equal(got32, chunks[ids].astype(np.float32))
+        assert peak < 1 << 20, peak  # the file is ~3 MB: a copy of the view is ~1 GB
     finally:
         rows.close()
         h.close()
@@ -336,3 +367,67 @@ def test_one_pass_top_is_exact_among_near_ties(tmp_path: Path) -> None:
     finally:
         rows.close()
         h.close()
+
+
+def test_float32_batch_scores_are_the_same_bits_alone_or_in_any_batch(stored: Stored) -> None:
+    """``Float32Rows`` (a server's batches): a query's scores are the same bits alone, among 7
+    others, among 19 (three products of 8 columns) and in another order; and within
+    ``float32_error`` of the exact re-score's. Rows 3000: several 128-row blocks and a short
+    last one."""
+    from kbpack.pack.vector_scan import BATCH_WIDTH, Float32Rows, float32_error
+
+    path, chunks, _, _ = stored
+    h, rows = open_rows(path, F.VEC_DATA)
+    try:
+        copy = Float32Rows(rows)
+        assert copy.matrix.dtype == np.float32 and copy.nbytes(rows) == N_CHUNKS * DIMS * 4
+        assert np.array_equal(copy.matrix, chunks.astype(np.float32))  # the stored numbers
+        qs = queries(20)
+        alone = [copy.scan_many(q[None])[0][:, 0] for q in qs]
+        for batch in ([3, 0, 7, 1, 2, 5, 4, 6], list(range(19)), [19, 4]):
+            got, errors = copy.scan_many(qs[batch])
+            assert got.shape == (N_CHUNKS, len(batch))
+            for col, j in enumerate(batch):
+                assert np.array_equal(got[:, col], alone[j]), (batch, j)
+                assert errors[col] == float32_error(qs[j])
+        assert len(list(range(19))) > 2 * BATCH_WIDTH  # the batch of 19 spans three products
+        for j, q in enumerate(qs[:5]):
+            off = np.abs(alone[j].astype(np.float64) - reference(chunks, q)).max()
+            assert 0 < off <= float32_error(q)  # other bits than the re-score's, within bound
+    finally:
+        h.close()
+
+
+def test_a_float32_batch_gives_the_one_query_scan_s_top_bit_for_bit(stored: Stored) -> None:
+    """The top 100 of each query of a batch scanned with float32 copies (ids, order, exact
+    scores, cosines) is the one-query float16 scan's, bit for bit, with pieces and a filter:
+    the scans differ in their rounded scores only, and the re-score reads each row the same
+    way whatever rows come with it."""
+    from kbpack.pack.vector_scan import Float32Rows
+    from kbpack.search.dense import rounded_chunk_scores, rounded_chunk_scores_many
+
+    path, _, _, owner = stored
+    hc, crow = open_rows(path, F.VEC_DATA)
+    hp, prow = open_rows(path, F.PIECE_DATA)
+    mask = np.random.default_rng(5).random(N_CHUNKS) < 0.3
+    try:
+        index = PieceIndex.from_columns(prow, owner)
+        copies = (Float32Rows(crow), Float32Rows(prow))
+        qs = queries(9)
+        batch = rounded_chunk_scores_many(crow, qs, index, copies)
+        f16_batch = rounded_chunk_scores_many(crow, qs, index)
+        differ = 0
+        for q, d, d16 in zip(qs, batch, f16_batch, strict=True):
+            one = rounded_chunk_scores(crow, q, index)
+            assert np.array_equal(d16.score, one.score)  # the float16 batch: the same bits
+            differ += not np.array_equal(d.score, one.score)
+            assert d.error < one.error  # a tighter bound: fewer rows re-scored
+            for m in (None, mask):
+                ids = d.top(TOP, m)
+                assert ids.tolist() == one.top(TOP, m).tolist()
+                assert d.score[ids].tobytes() == one.score[ids].tobytes()
+                assert d.cos[ids].tobytes() == one.cos[ids].tobytes()
+        assert differ  # the rounded scores are other bits: this test compares two scans
+    finally:
+        hc.close()
+        hp.close()

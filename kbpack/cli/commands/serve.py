@@ -13,6 +13,7 @@ import click
 from kbpack.cli.commands.common import emit_json_line, stderr_is_tty
 from kbpack.cli.commands.common import say as echo
 from kbpack.cli.options import (
+    counted,
     flag,
     json_option,
     llm_options,
@@ -25,6 +26,9 @@ from kbpack.cli.options import (
 from kbpack.errors import Exit, UsageError
 
 SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
+# kbpack.serve.library.VECTOR_MEMORY_MB (not imported: --help must not load numpy);
+# tests/serve/test_vector_memory.py checks they agree
+VECTOR_MEMORY_MB = 1024
 
 
 def serving_options(f: Any) -> Any:
@@ -40,6 +44,16 @@ def serving_options(f: Any) -> Any:
             "first three steps: bytes, signature, structure); only then is it labelled verified.",
         ),
         model_option("Query-side GGUF model (must be the packs' model)."),
+        counted(
+            "--vector-memory",
+            default=VECTOR_MEMORY_MB,
+            low=0,
+            help="Megabytes of float32 copies of the packs' vectors that concurrent searches, "
+            "answered in batches, are multiplied with (4 bytes per number of every chunk and "
+            "piece vector: ~1.5 KiB a vector of 384; made on the first batch). A pack that "
+            "does not fit, or 0, is scanned from its stored float16 vectors: slower batches, "
+            "the same answers.",
+        ),
         llm_options(
             "Chat model GGUF for ask (loaded once; without it, ask quotes the pack).",
             max_tokens_help="Most tokens the chat model may write per answer.",
@@ -80,6 +94,7 @@ def open_library(packs: tuple[Path, ...], kw: dict[str, Any], on_progress: Any =
         full_verify=kw["full_verify"],
         on_progress=on_progress,
         policy=policy,
+        vector_memory_mb=kw["vector_memory"],
     )
 
 
