@@ -41,8 +41,9 @@ from kbpack.text.document import Page
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
 # float32 copies of the vectors that batches multiply (``Float32Rows``): at most this much for
-# all the packs served (kbpack serve --vector-memory)
-VECTOR_MEMORY_MB = 1024
+# all the packs served (kbpack serve --vector-memory); none by default: at 8 clients the float16
+# batches ran as fast (bench/RESULTS.md "Serve in batches"), and a 100k pack's copy is ~600 MB
+VECTOR_MEMORY_MB = 0
 
 
 class Batches:

@@ -46,7 +46,7 @@ STATEMENTS = [
     (r"and the BM25 top (\d+);", lambda: search.CANDIDATES),
     (r"calibrated value, else ([\d.]+)\)", lambda: F.DEFAULT_MAX_DISTANCE),
     (r"rare in the pack \(in at most (\d+)% of chunks", lambda: round(search.RARE_SHARE * 100)),
-    (r"of chunks, or (\d+)\)", lambda: search.RARE_MIN),
+    (r"of chunks, or (\d+)[),]", lambda: search.RARE_MIN),
     (r"Quotes are cut at (\d+) characters", lambda: QUOTE_CHARS),
     (r"`--max-pages` \((\d+)\)", lambda: _option_default("build", "--max-pages")),
     (r"`--max-file-mb` \((\d+)\)", lambda: _option_default("build", "--max-file-mb")),
