@@ -1,3 +1,3 @@
 """The kbpack release, in a leaf module: writers stamp it into packs, the CLI prints it."""
 
-__version__ = "0.2.1"
+__version__ = "0.3.0"

@@ -13,7 +13,9 @@ from typing import Any
 
 FORMAT_VERSION = 2  # 2: every dataset chunked with Fletcher-32, integer columns deflated
 FIRST_CHECKSUMMED_FORMAT = 2  # from this version a dataset without Fletcher-32 is refused
-PIPELINE_VERSION = 2  # 2: no chunk of a heading alone; bump when chunking or embedded-text rules change what a build produces
+# bump when chunking or embedded-text rules change what a build produces; 2: no chunk of a
+# parent's heading alone; 3: nor of a leaf's or a title's, and chunks under 40 characters joined
+PIPELINE_VERSION = 3
 
 # --- the user block (kbpack's own header, before the HDF5 superblock) -------------------------
 MAGIC = b"\x89KBPACK\n"  # 8 bytes; the high byte and newline catch text-mode transfers
