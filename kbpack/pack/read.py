@@ -40,6 +40,7 @@ from kbpack.pack.read_columns import ColumnReader
 from kbpack.pack.read_elements import ElementReader
 from kbpack.pack.read_heap import HeapRowCheck
 from kbpack.pack.read_meta import PackSettings
+from kbpack.pack.read_part import OpenFile
 from kbpack.pack.read_strings import StringReader
 from kbpack.pack.structure import check_structure
 from kbpack.pack.vector_scan import StoredRows
@@ -144,18 +145,12 @@ class PackReader:
 
     def _assemble(self) -> None:
         """The collaborators that read and check the pack's parts, over the one open file."""
-        where, manifest, cache = self.where, self.manifest, self._cache
-        self.heap_check = HeapRowCheck(
-            self.h5, where, self.path, manifest, self.fd, self.rows_checked_as_read, cache
-        )
-        self.columns = ColumnReader(self.h5, where, manifest, self.heap_check, cache)
-        self.string_rows = StringReader(
-            self.h5, where, manifest, self.columns, self.heap_check, cache
-        )
-        self.settings = PackSettings(self.h5, where, self.path, self.columns)
-        self.elements = ElementReader(
-            self.h5, where, self.columns, self.string_rows, self.settings, cache
-        )
+        file = OpenFile(self.h5, self.where, self.path, self.manifest, self._cache)
+        self.heap_check = HeapRowCheck(file, self.fd, self.rows_checked_as_read)
+        self.columns = ColumnReader(file, self.heap_check)
+        self.string_rows = StringReader(file, self.columns, self.heap_check)
+        self.settings = PackSettings(file, self.columns)
+        self.elements = ElementReader(file, self.columns, self.string_rows, self.settings)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -12,9 +12,9 @@ import numpy as np
 
 from kbpack.pack import format as F
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain
-from kbpack.pack.manifest import Manifest
 from kbpack.pack.read_checked import CheckedDataset, DamagedDataError, hdf5_errors, read_whole
 from kbpack.pack.read_heap import HeapRowCheck
+from kbpack.pack.read_part import OpenFile, ReadPart
 
 # Columns of row numbers: the count whose rows they point at, and the lowest value allowed
 # (-1: a section's parent, for a document's root section).
@@ -32,22 +32,12 @@ ROW_REFERENCES: dict[str, tuple[str, int]] = {
 }
 
 
-class ColumnReader:
+class ColumnReader(ReadPart):
     """Reads numeric columns (whole or one row), datasets for part reads, and attributes."""
 
-    def __init__(
-        self,
-        h5: Any,
-        where: str,
-        manifest: Manifest,
-        heap_check: HeapRowCheck,
-        cache: dict[str, Any],
-    ) -> None:
-        self.h5 = h5
-        self.where = where
-        self.manifest = manifest
+    def __init__(self, file: OpenFile, heap_check: HeapRowCheck) -> None:
+        super().__init__(file)
         self.heap_check = heap_check
-        self._cache = cache
 
     def attrs(self, path: str) -> dict[str, Any]:
         """An object's attributes, checked against the manifest's digest (a flipped bit in

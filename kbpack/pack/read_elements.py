@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -17,29 +16,22 @@ from kbpack.pack.ivf import IvfIndex, check_index
 from kbpack.pack.read_checked import CheckedDataset, DamagedDataError, hdf5_errors
 from kbpack.pack.read_columns import ColumnReader
 from kbpack.pack.read_meta import PackSettings
+from kbpack.pack.read_part import OpenFile, ReadPart
 from kbpack.pack.read_strings import StringReader
 from kbpack.pack.vector_scan import StoredRows
 
 
-class ElementReader:
+class ElementReader(ReadPart):
     """Reads the vectors (in memory as float32, or as stored for the dense scan) and the
     elements a pack may lack, each checked as verify checks it where a search relies on it."""
 
     def __init__(
-        self,
-        h5: Any,
-        where: str,
-        columns: ColumnReader,
-        strings: StringReader,
-        settings: PackSettings,
-        cache: dict[str, Any],
+        self, file: OpenFile, columns: ColumnReader, strings: StringReader, settings: PackSettings
     ) -> None:
-        self.h5 = h5
-        self.where = where
+        super().__init__(file)
         self.columns = columns
         self.strings = strings
         self.settings = settings
-        self._cache = cache
         self._stored: dict[str, StoredRows] = {}
 
     def close(self) -> None:

@@ -7,38 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
-from typing import Any
 
 from kbpack.errors import describe
 from kbpack.pack.global_heap import HeapReferences, string_column
-from kbpack.pack.manifest import Manifest
 from kbpack.pack.read_checked import DamagedDataError, hdf5_errors
+from kbpack.pack.read_part import OpenFile, ReadPart
 
 
-class HeapRowCheck:
+class HeapRowCheck(ReadPart):
     """Walks the global heap collections a pack's string rows point into, each once per reader,
     and refuses a row whose reference HDF5 must not follow (``check``)."""
 
-    def __init__(
-        self,
-        h5: Any,
-        where: str,
-        path: Path,
-        manifest: Manifest,
-        fd: int | None,
-        enabled: bool,
-        cache: dict[str, Any],
-    ) -> None:
+    def __init__(self, file: OpenFile, fd: int | None, enabled: bool) -> None:
         """``fd``: the descriptor HDF5 reads through (None: another driver, the file is opened
         by ``path`` when first needed); ``enabled``: the rows are to be checked as read."""
-        self.h5 = h5
-        self.where = where
-        self.path = path
-        self.manifest = manifest
+        super().__init__(file)
         self.fd = fd
         self.enabled = enabled
-        self._cache = cache
         self.heap: HeapReferences | None = None  # the collections walked so far
         self._own_fd: int | None = None
 

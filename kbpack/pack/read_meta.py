@@ -9,7 +9,6 @@ import contextlib
 import json
 import math
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,15 +17,14 @@ from kbpack.errors import PackError
 from kbpack.pack import format as F
 from kbpack.pack.read_checked import DamagedDataError, hdf5_errors
 from kbpack.pack.read_columns import ColumnReader
+from kbpack.pack.read_part import OpenFile, ReadPart
 
 
-class PackSettings:
+class PackSettings(ReadPart):
     """The pack's settings from its attributes; a damaged or unknown value is one line."""
 
-    def __init__(self, h5: Any, where: str, path: Path, columns: ColumnReader) -> None:
-        self.h5 = h5
-        self.where = where
-        self.path = path
+    def __init__(self, file: OpenFile, columns: ColumnReader) -> None:
+        super().__init__(file)
         self.columns = columns
 
     def attrs(self, path: str) -> dict[str, Any]:

@@ -8,35 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from kbpack.pack import format as F
 from kbpack.pack.digest import row_digest, strings_digest
-from kbpack.pack.manifest import Manifest
 from kbpack.pack.read_checked import DamagedDataError, hdf5_errors
 from kbpack.pack.read_columns import ColumnReader
 from kbpack.pack.read_heap import HeapRowCheck
+from kbpack.pack.read_part import OpenFile, ReadPart
 
 
-class StringReader:
+class StringReader(ReadPart):
     """Reads string columns, single string rows, documents' texts and warnings; every row's
     heap reference is checked (``HeapRowCheck``) before HDF5 follows it."""
 
-    def __init__(
-        self,
-        h5: Any,
-        where: str,
-        manifest: Manifest,
-        columns: ColumnReader,
-        heap_check: HeapRowCheck,
-        cache: dict[str, Any],
-    ) -> None:
-        self.h5 = h5
-        self.where = where
-        self.manifest = manifest
+    def __init__(self, file: OpenFile, columns: ColumnReader, heap_check: HeapRowCheck) -> None:
+        super().__init__(file)
         self.columns = columns
         self.heap_check = heap_check
-        self._cache = cache
 
     def strings(self, path: str) -> list[str]:
         """A whole string dataset, read once, checked against the manifest's digest, cached.
