@@ -1,7 +1,7 @@
 """The kbpack file format and nothing above it: names and constants (``format``), the HDF5
 layout (``storage``), the user-block manifest and signature (``manifest``, ``sign``), the
-structure allowlist, digests, the checked reader (``read.PackReader``, a facade over
-``read_checked``, ``read_heap``, ``read_columns``, ``read_strings``, ``read_meta`` and
+structure allowlist, digests, the checked reader (``read.PackReader``, a facade over its
+parts (``read_part``): ``read_checked``, ``read_heap``, ``read_columns``, ``read_strings``, ``read_meta`` and
 ``read_elements``) and the atomic writer (``write.PackWriter``, over ``write_spools``,
 ``write_tables``, ``write_hdf5`` and ``write_child``), the first-open preflight, and this
 machine's memos about packs (``verified``).
@@ -20,6 +20,7 @@ __all__ = [
     "read_elements",
     "read_heap",
     "read_meta",
+    "read_part",
     "read_strings",
     "rewrite",
     "set_publish",
