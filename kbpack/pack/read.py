@@ -33,7 +33,7 @@ from kbpack.pack import format as F
 from kbpack.pack.checks import Checks, FileState, held_path
 from kbpack.pack.digest import attrs_digest, numeric_digest, plain, row_digest, strings_digest
 from kbpack.pack.global_heap import HeapReferences, string_column
-from kbpack.pack.ivf import IvfIndex, check_index
+from kbpack.pack.ivf import CodeRows, IvfIndex, check_codes, check_index
 from kbpack.pack.manifest import Header, count_key_problems, read_header, refuse_non_regular
 from kbpack.pack.preflight import Outcome, first_open
 from kbpack.pack.structure import check_structure
@@ -348,6 +348,9 @@ class PackReader:
         for rows in stored.values():
             rows.close()
         stored.clear()
+        ivf = getattr(self, "_cache", {}).get("ivf")
+        if ivf is not None and isinstance(ivf.codes, CodeRows):
+            ivf.codes.close()  # its map of the file
         with contextlib.suppress(Exception):
             self.h5.close()
         own = getattr(self, "_own_fd", None)
@@ -879,10 +882,25 @@ class PackReader:
                 why = check_index(centroids, offsets, chunks, n, int(dims[0]) if dims else -1)
                 if why is not None:
                     raise DamagedDataError(self.where, F.IVF, why)
-                index = IvfIndex(centroids, offsets, chunks)
+                index = IvfIndex(centroids, offsets, chunks, *self._ivf_codes(n, int(dims[0])))
             self._cache["ivf"] = index
         out: IvfIndex | None = self._cache["ivf"]
         return out
+
+    def _ivf_codes(self, n: int, dims: int) -> tuple[CodeRows | None, np.ndarray | None]:
+        """``/ivf/codes`` mapped in place and its scale (read whole), checked as verify checks
+        their shapes; (None, None) in an index without codes (spec §3.13: they are optional)."""
+        with hdf5_errors(self.where):
+            if not all(p in self.h5 for p in F.IVF_CODE_DATASETS):
+                return None, None
+        scale = self.column(F.IVF_CODE_SCALE)
+        codes_ds = self.dataset(F.IVF_CODES)
+        why = check_codes(tuple(codes_ds.shape), scale, n, dims)
+        if why is not None:
+            raise DamagedDataError(self.where, F.IVF, why)
+        with hdf5_errors(self.where, F.IVF_CODES):
+            codes = CodeRows(codes_ds, self.h5[F.IVF_CODES], str(self.path))
+        return codes, scale.astype(np.float32)
 
     def chunk_content(self, chunk: int) -> str:
         doc = self.value(F.CHUNK_DOCUMENT, chunk)

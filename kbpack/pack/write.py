@@ -38,7 +38,7 @@ from kbpack.pack.digest import (
     strings_digest,
 )
 from kbpack.pack.format import PIECE_RULE, PIECE_WEIGHT
-from kbpack.pack.ivf import IvfIndex, ivf_attrs
+from kbpack.pack.ivf import IvfIndex, ivf_attrs, ivf_datasets
 from kbpack.pack.ivf import build_index as build_ivf
 from kbpack.pack.ivf import wanted as ivf_wanted
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
@@ -665,10 +665,9 @@ class PackWriter:
                         put(path, values)
                     else:
                         put_str(path, values)
-            if ivf is not None:
-                put(F.IVF_CENTROIDS, ivf.centroids)
-                put(F.IVF_LIST_OFFSETS, ivf.list_offsets)
-                put(F.IVF_LIST_CHUNKS, ivf.list_chunks)
+            if ivf is not None:  # centroids, lists, and the int8 codes (spec §3.13)
+                for path, data in ivf_datasets(ivf):
+                    put(path, data)
             # Write everything out while errors still raise: h5py swallows the errors of
             # writes that happen when a dataset is deallocated ("Exception ignored in
             # __dealloc__"), and its close after such a failure is where HDF5 crashed.

@@ -49,7 +49,10 @@ def test_probing_every_list_returns_the_exact_top_k() -> None:
         want = exact.top(10)
         ids, cos = top_k(vectors, index, centroids, q, 10, probe_lists=16)
         assert ids.tolist() == want.tolist()
-        assert cos.tolist() == exact.cos[want].tolist()  # the exact path's scores, bit for bit
+        # the exact path's scores: both re-score their shortlists from the float16 rows in
+        # float32; the shortlists differ (int8 codes here), and BLAS may round a row's dot
+        # product differently in another batch, by an ulp or so
+        assert np.allclose(cos, exact.cos[want], rtol=0, atol=1e-6)
         few, _ = top_k(vectors, index, centroids, q, 10, probe_lists=2)
         recalls.append(len(set(few.tolist()) & set(want.tolist())) / 10)
     assert np.mean(recalls) < 1.0  # two lists of 16 really read less (and miss some)
