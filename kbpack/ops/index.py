@@ -4,10 +4,11 @@ pack without re-embedding anything (spec/FORMAT.md §3.13).
 The vectors are read through HDF5's checksum, block by block, into a spool file beside the
 output and memory-mapped from there (a 10M-chunk pack's 7.7 GB never sit in memory at once);
 ``kbpack.pack.ivf.build_index`` builds the index as a writer would. The pack is copied to a
-temp file beside the output, its datasets (centroids, lists, int8 codes) and the group are added there (an index
-already present is replaced), the manifest's count, digests, size and byte digest are
-recomputed, and the file replaces the output atomically. Every other element is untouched; a
-signature does not survive (it covered the old manifest): sign the new pack again.
+temp file beside the output, its datasets (centroids, lists, int8 codes) and the group are
+added there (an index already present, with or without codes, is replaced), the manifest's
+count, digests, size and byte digest are recomputed, and the file replaces the output
+atomically. Every other element is untouched; a signature does not survive (it covered the old
+manifest): sign the new pack again.
 """
 
 from __future__ import annotations
