@@ -226,9 +226,12 @@ def vectors_of(
         del out
         Path(str(vec) + ".tmp.npy").replace(vec)
         np.savez(stem.with_suffix(".npz"), queries=qs, doc=doc, seconds=time.perf_counter() - t0)
+        cached = False
+    else:
+        cached = True
     meta = np.load(stem.with_suffix(".npz"))
-    v = np.load(vec, mmap_mode="r")
-    return v, meta["queries"], meta["doc"], float(meta["seconds"]), True
+    v = np.asarray(np.load(vec, mmap_mode="r"))  # (a plain array over the mapped file)
+    return v, meta["queries"], meta["doc"], float(meta["seconds"]), cached
 
 
 def index_of(vectors: np.ndarray, lists: int, cache: Path | None) -> tuple[Any, dict[str, float]]:
@@ -241,7 +244,8 @@ def index_of(vectors: np.ndarray, lists: int, cache: Path | None) -> tuple[Any, 
     stem = None if cache is None else cache / f"index-{len(vectors)}-{lists}"
     if stem is not None and stem.with_suffix(".npz").exists():
         z = np.load(stem.with_suffix(".npz"))
-        codes = np.load(stem.with_suffix(".codes.npy"), mmap_mode="r")
+        # a plain array over the mapped file, as a reader's CodeRows gives its views
+        codes = np.asarray(np.load(stem.with_suffix(".codes.npy"), mmap_mode="r"))
         index = IvfIndex(z["centroids"], z["offsets"], z["chunks"], codes, z["scale"])
         return index, {
             k: float(z[k]) for k in ("kmeans_wall_s", "kmeans_cpu_s", "codes_wall_s", "codes_cpu_s")
@@ -262,7 +266,7 @@ def index_of(vectors: np.ndarray, lists: int, cache: Path | None) -> tuple[Any, 
             **timing,
         }
         np.savez(stem.with_suffix(".npz"), **arrays)
-        codes = np.load(stem.with_suffix(".codes.npy"), mmap_mode="r")
+        codes = np.asarray(np.load(stem.with_suffix(".codes.npy"), mmap_mode="r"))
         index = replace(index, codes=codes)
     return index, timing
 

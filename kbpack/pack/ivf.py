@@ -75,9 +75,14 @@ def default_lists(chunks: int) -> int:
 
 
 def default_probe(lists: int) -> int:
-    """Lists a query probes by default: about 2 sqrt(lists) (90 of 2,000: ~5% of the chunks,
-    recall@10 0.9 at 1M in bench/ivf.py)."""
-    return max(1, min(lists, math.ceil(2 * math.sqrt(lists))))
+    """Lists a query probes by default: a tenth of them (200 of 2,000 at 1M chunks: ~11% of
+    the chunks, recall@10 0.957 there in bench/ivf.py, rising with the pack's size at the same
+    share), and at least ``ceil(2 sqrt(lists))`` so that an index of few lists (under 400) is
+    not read too thinly. Why a share: the lists hold about the same number of chunks, so the
+    share of lists read is the share of chunks scored; with the int8 codes a scored chunk
+    costs ~0.3 of a scanned one, so a tenth costs a few percent of the exact scan's CPU plus
+    the centroids and the re-scored shortlist (bench/RESULTS.md "Approximate search")."""
+    return max(1, min(lists, max(math.ceil(lists / 10), math.ceil(2 * math.sqrt(lists)))))
 
 
 def wanted(chunks: int, request: bool | None) -> bool:

@@ -150,19 +150,20 @@ def code_scores(
     """(estimates, bound): ``q``'s estimated cosine with every row of the runs, in order, from
     the int8 codes (``query_code``), and the bound on their distance from the exact ones."""
     q8, step, bound = query_code(q, scale)
-    out = np.empty(int((ends - starts).sum()), np.float64)
     simsimd = simsimd_module()
     q32 = q8[0].astype(np.int32)
-    at = 0
+    parts = []
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         for part in _code_parts(codes, a, b):
-            m = part.shape[0]
-            if simsimd is not None:
-                out[at : at + m] = np.asarray(simsimd.cdist(part, q8, metric="dot"))[:, 0]
-            else:  # exact integer sums either way
-                out[at : at + m] = part.astype(np.int32) @ q32
-            at += m
-    return (out * step).astype(np.float32), bound
+            if simsimd is not None:  # (integer sums below 2^24: exact in float32)
+                parts.append(np.asarray(simsimd.cdist(part, q8, metric="dot", out_dtype="float32")))
+            else:
+                parts.append((part.astype(np.int32) @ q32).astype(np.float32))
+    if not parts:
+        return np.zeros(0, np.float32), bound
+    out = np.concatenate(parts).reshape(-1)
+    out *= np.float32(step)
+    return out, bound
 
 
 def _rows16(vectors: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:
@@ -222,11 +223,13 @@ def rounded_scores(
 
 
 class ProbedScores(DenseScores):
-    """``DenseScores`` of an approximate pass: only ``probed`` (the probed lists' chunks) and
-    the chunks made exact since (a hybrid query's BM25 candidates) have a score; ``top`` looks
-    at those alone instead of partitioning every chunk's -inf (its result is the same)."""
+    """``DenseScores`` of an approximate pass: only ``probed`` (the probed lists' chunks, in
+    the order they were scored) and the chunks made exact since (a hybrid query's BM25
+    candidates) have a score; ``top`` looks at those alone, from the estimates as scored
+    (``estimates``, aligned with ``probed``), instead of partitioning every chunk's -inf."""
 
     probed: np.ndarray
+    estimates: np.ndarray
     _extra: np.ndarray
 
     def make_exact(self, ids: np.ndarray) -> None:
@@ -238,11 +241,16 @@ class ProbedScores(DenseScores):
         super().make_exact(ids)
 
     def top(self, n: int, mask: np.ndarray | None = None) -> np.ndarray:
-        """``DenseScores.top`` over the rows that have a score (the same proof of exactness)."""
+        """``DenseScores.top`` over the rows that have a score. The m-th best is taken among
+        the estimates as scored (every one within ``error`` of its exact score, and the BM25
+        candidates' exact scores): the same proof of exactness holds for any mix of exact and
+        estimated scores, each within ``error``."""
         if mask is None and n in self._unfiltered:
             return self._unfiltered[n]
-        cand = self.probed if not self._extra.size else np.union1d(self.probed, self._extra)
-        sims = self.score[cand]
+        cand, sims = self.probed, self.estimates
+        if self._extra.size:
+            cand = np.concatenate([cand, self._extra])
+            sims = np.concatenate([sims, self.score[self._extra]])
         if mask is not None:
             sims = np.where(mask[cand], sims, -np.inf)
         m = min(n, int(np.isfinite(sims).sum()))
@@ -282,13 +290,16 @@ def ivf_dense_scores(
         ids = index.list_chunks[run_rows(starts, ends)].astype(np.int64)
         chunk_cos, error = code_scores(index.codes, index.code_scale, q, starts, ends)
         chunk_score, error = _with_pieces(chunk_cos, error, q, pieces, ids)
-        ids_sorted = np.sort(ids)
     else:
-        ids = ids_sorted = np.sort(index.probe_chunks(lists))
+        ids = np.sort(index.probe_chunks(lists))
         chunk_score, chunk_cos, error = rounded_scores(vectors, q, pieces, ids)
     score = np.full(n, -np.inf, np.float32)
-    cos = np.full(n, -np.inf, np.float32)
-    score[ids], cos[ids] = chunk_score, chunk_cos
+    score[ids] = chunk_score
+    if pieces is None or pieces.owners.size == 0:
+        cos = score  # the same numbers: one array (make_exact writes both alike)
+    else:
+        cos = np.full(n, -np.inf, np.float32)
+        cos[ids] = chunk_cos
 
     def rescore(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return exact_scores(vectors, q, pieces, rows, rows_of)
@@ -296,7 +307,7 @@ def ivf_dense_scores(
     scored_rows = np.zeros(n, bool)
     scored_rows[ids] = True
     out = ProbedScores(score, cos, error, rescore, scored_rows)
-    out.probed = ids_sorted
+    out.probed, out.estimates = ids, chunk_score
     out._extra = np.zeros(0, np.int64)
     return out
 
