@@ -414,3 +414,16 @@ def test_code_rows_read_runs_across_hdf5_chunks_where_they_lie(tmp_path: Path) -
                 assert np.array_equal(got, codes[rows[0] : rows[1]]), rows
         assert len(mapped.parts(6, 8)) == 2  # one view per chunk the run crosses, no copy
         mapped.close()
+
+
+def test_mth_largest_is_exact_whatever_the_sample() -> None:
+    from kbpack.search.ivf import mth_largest
+
+    rng = np.random.default_rng(7)
+    for size in (5, 100, 40_000, 200_000):
+        values = rng.normal(size=size).astype(np.float32)
+        values[rng.integers(0, size, size // 10)] = -np.inf  # masked rows
+        values[:3] = values.max() + 1  # ties at the top
+        for m in (1, 3, 4, 10, 100):
+            if m < size:
+                assert mth_largest(values, m) == np.sort(values)[::-1][m - 1], (size, m)
