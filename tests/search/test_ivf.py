@@ -266,7 +266,8 @@ def test_update_keeps_the_index(packs: dict[str, Path], tmp_path: Path, model: P
     update_pack(packs["a"], opts)
     assert verify_pack(out).intact
     with PackReader(out) as r:
-        assert r.has_ivf and r.ivf_index() is not None
+        index = r.ivf_index()
+        assert r.has_ivf and index is not None and index.codes is not None  # codes rebuilt too
 
 
 # -- the int8 codes (/ivf/codes, /ivf/code_scale) --------------------------------------------
