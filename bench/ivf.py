@@ -14,13 +14,21 @@ fixtures/eval/questions.jsonl against the chunks: best, 10th and 100th cosine); 
 prints both side by side. Without ``--real``: an assumed spectrum (scale ~ 1/sqrt(d)).
 
 Exact: the product's exact path (``rounded_chunk_scores(...).top(k)``: one float16 pass over
-every row, the rows near the top re-scored in float32). IVF: ``kbpack.search.ivf.top_k`` over
-an index from ``kbpack.pack.ivf.build_index`` (the writer's), at each ``--probe``. CPU is
-``time.process_time`` (every thread), per query, median over the queries; both paths run in
-the same process on the same in-memory float16 matrix.
+every row, the rows near the top re-scored in float32). IVF: the searcher's dense stage
+(``kbpack.search.ivf.ivf_dense_scores(...).top(k)``) over the writer's index
+(``kbpack.pack.ivf.build_index``: k-means lists, then the int8 codes in list order), at each
+``--probe``: "codes" scores the probed lists' codes and re-scores exactly every chunk within
+the codes' error bound of the top; "float16" is the same index without its codes (what packs
+written before the codes do: the probed chunks' float16 rows gathered and scanned). Both
+return the exact top k of the probed chunks, so their recall is the same by construction (the
+bench reports both). CPU is ``time.process_time`` (every thread), per query, median over the
+queries; all paths run in the same process on the same float16 matrix (memory-mapped from
+``--cache`` when given: 10M x 384 float16 is 7.7 GB), after a warm-up pass.
 
     nice python bench/ivf.py --real out/bench/eval.kbpack --fit
-    nice python bench/ivf.py --real out/bench/eval.kbpack --chunks 1000000 --json out/bench/ivf-1m.json
+    nice python bench/ivf.py --real out/bench/eval.kbpack --chunks 1000000 --cache out/bench/ivf-cache \
+        --probe 50 100 200 --json out/bench/ivf-1m.json
+    nice python bench/ivf.py ... --chunks 10000000 --queries 60 --build-only   # then without
 """
 
 from __future__ import annotations
@@ -92,9 +100,13 @@ class Mixture:
         z = self.rng.standard_normal((rows, self.basis.shape[0]), dtype=np.float32)
         return np.sqrt(variance, dtype=np.float32) * (z @ self.basis)
 
-    def generate(self, queries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(chunks float16, queries float32, each chunk's document)."""
-        out = np.empty((self.n, self.basis.shape[0]), np.float16)
+    def generate(
+        self, queries: int, out: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(chunks float16, queries float32, each chunk's document); the chunks written into
+        ``out`` when given (a memory-mapped file)."""
+        if out is None:
+            out = np.empty((self.n, self.basis.shape[0]), np.float16)
         chunk_doc = np.empty(self.n, np.int64)
         asked = np.sort(self.rng.choice(self.sections, size=queries, replace=False))
         qs = np.empty((queries, self.basis.shape[0]), np.float32)
@@ -187,77 +199,76 @@ def cpu_ms(fn: Any) -> tuple[Any, float]:
     return out, (time.process_time() - t) * 1000
 
 
-def _codes(rows: np.ndarray, scale: float) -> np.ndarray:
-    """int8 codes of float16 rows: round(x * 127 / scale), clipped (one scale for all)."""
-    out = np.empty(rows.shape, np.int8)
-    for at in range(0, len(rows), 262144):
-        block = rows[at : at + 262144].astype(np.float32) * (127.0 / scale)
-        out[at : at + len(block)] = np.clip(np.rint(block), -127, 127)
-    return out
+def _rss_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _segments(index: Any, lists: np.ndarray) -> list[tuple[int, int]]:
-    return [(int(index.list_offsets[i]), int(index.list_offsets[i + 1])) for i in lists]
+def vectors_of(
+    n: int, queries: int, real: Path | None, dims: int, cache: Path | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
+    """(vectors, queries, chunk documents, seconds to generate, from the cache): the mixture's
+    vectors written straight into a memory-mapped file under ``cache`` (10M x 384 float16 is
+    7.7 GB: never in memory at once), kept there for the next run."""
+    if cache is None:
+        t0 = time.perf_counter()
+        mean, basis = real_statistics(real, dims)
+        v, qs, doc = Mixture(n, mean, basis).generate(queries)
+        return v, qs, doc, time.perf_counter() - t0, False
+    cache.mkdir(parents=True, exist_ok=True)
+    stem = cache / f"mixture-{n}-{dims}-{queries}"
+    vec = stem.with_suffix(".f16")
+    if not (vec.exists() and stem.with_suffix(".npz").exists()):
+        t0 = time.perf_counter()
+        mean, basis = real_statistics(real, dims)
+        out = np.lib.format.open_memmap(str(vec) + ".tmp.npy", "w+", np.float16, (n, dims))
+        _, qs, doc = Mixture(n, mean, basis).generate(queries, out)
+        out.flush()
+        del out
+        Path(str(vec) + ".tmp.npy").replace(vec)
+        np.savez(stem.with_suffix(".npz"), queries=qs, doc=doc, seconds=time.perf_counter() - t0)
+        cached = False
+    else:
+        cached = True
+    meta = np.load(stem.with_suffix(".npz"))
+    v = np.asarray(np.load(vec, mmap_mode="r"))  # (a plain array over the mapped file)
+    return v, meta["queries"], meta["doc"], float(meta["seconds"]), cached
 
 
-def _ordered_top_k(
-    vectors: np.ndarray,
-    ordered: np.ndarray,
-    index: Any,
-    centroids: np.ndarray,
-    q: np.ndarray,
-    k: int,
-    p: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """IVF-Flat over list-ordered float16 rows: each probed list scanned where it lies."""
-    from kbpack.pack.vector_scan import rows_of, scan_matrix_bounded
-    from kbpack.search.dense import DenseScores, exact_scores
-    from kbpack.search.ivf import nearest_lists
+def index_of(vectors: np.ndarray, lists: int, cache: Path | None) -> tuple[Any, dict[str, float]]:
+    """The writer's index (``build_index``: k-means, then the int8 codes), timed in its two
+    parts, kept under ``cache`` (codes memory-mapped from there) for the next run."""
+    from dataclasses import replace
 
-    segs = _segments(index, nearest_lists(centroids, q, p))
-    parts = [scan_matrix_bounded(ordered[a:b], q, rounded=True) for a, b in segs]
-    cos = np.concatenate([x for x, _ in parts]) if parts else np.zeros(0, np.float32)
-    error = max((e for _, e in parts), default=0.0)
-    ids = np.concatenate([index.list_chunks[a:b] for a, b in segs]).astype(np.int64)
+    from kbpack.pack.ivf import IvfIndex, with_codes
 
-    def rescore(local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return exact_scores(vectors, q, None, ids[local], rows_of)
-
-    d = DenseScores(cos, cos.copy(), error, rescore)
-    local = d.top(k)
-    return ids[local], d.cos[local]
-
-
-def _codes_top_k(
-    vectors: np.ndarray,
-    codes: np.ndarray,
-    scale: float,
-    index: Any,
-    centroids: np.ndarray,
-    q: np.ndarray,
-    k: int,
-    p: int,
-    rerank: int = 200,
-) -> tuple[np.ndarray, np.ndarray]:
-    """IVF over list-ordered int8 codes (simsimd's int8 dot), the best ``rerank`` re-scored
-    exactly from the float16 vectors."""
-    import simsimd
-
-    from kbpack.pack.vector_scan import rows_of
-    from kbpack.search.dense import exact_scores
-    from kbpack.search.ivf import nearest_lists
-
-    segs = _segments(index, nearest_lists(centroids, q, p))
-    q8 = np.clip(np.rint(q * (127.0 / float(np.abs(q).max()))), -127, 127).astype(np.int8)[None]
-    approx = np.concatenate(
-        [np.asarray(simsimd.cdist(codes[a:b], q8, metric="dot"))[:, 0] for a, b in segs]
-    )
-    ids = np.concatenate([index.list_chunks[a:b] for a, b in segs]).astype(np.int64)
-    m = min(rerank, ids.size)
-    keep = np.argpartition(-approx, m - 1)[:m] if m < ids.size else np.arange(ids.size)
-    _, cos = exact_scores(vectors, q, None, ids[keep], rows_of)
-    order = np.lexsort((ids[keep], -cos))[:k]
-    return ids[keep][order], cos[order]
+    stem = None if cache is None else cache / f"index-{len(vectors)}-{lists}"
+    if stem is not None and stem.with_suffix(".npz").exists():
+        z = np.load(stem.with_suffix(".npz"))
+        # a plain array over the mapped file, as a reader's CodeRows gives its views
+        codes = np.asarray(np.load(stem.with_suffix(".codes.npy"), mmap_mode="r"))
+        index = IvfIndex(z["centroids"], z["offsets"], z["chunks"], codes, z["scale"])
+        return index, {
+            k: float(z[k]) for k in ("kmeans_wall_s", "kmeans_cpu_s", "codes_wall_s", "codes_cpu_s")
+        }
+    t, c = time.perf_counter(), time.process_time()
+    index = build_index(vectors, lists, codes=False)
+    timing = {"kmeans_wall_s": time.perf_counter() - t, "kmeans_cpu_s": time.process_time() - c}
+    t, c = time.perf_counter(), time.process_time()
+    index = with_codes(index, vectors)
+    timing |= {"codes_wall_s": time.perf_counter() - t, "codes_cpu_s": time.process_time() - c}
+    if stem is not None:
+        np.save(stem.with_suffix(".codes.npy"), np.asarray(index.codes))
+        arrays: dict[str, Any] = {
+            "centroids": index.centroids,
+            "offsets": index.list_offsets,
+            "chunks": index.list_chunks,
+            "scale": index.code_scale,
+            **timing,
+        }
+        np.savez(stem.with_suffix(".npz"), **arrays)
+        codes = np.asarray(np.load(stem.with_suffix(".codes.npy"), mmap_mode="r"))
+        index = replace(index, codes=codes)
+    return index, timing
 
 
 def run(
@@ -268,14 +279,33 @@ def run(
     lists: int | None,
     real: Path | None,
     dims: int = 384,
-    layouts: bool = False,
+    cache: Path | None = None,
+    float16_path: bool = True,
+    build_only: bool = False,
 ) -> dict:
-    t0 = time.perf_counter()
-    mean, basis = real_statistics(real, dims)
-    vectors, qs, doc = Mixture(n, mean, basis).generate(queries)
-    gen_s = time.perf_counter() - t0
-    stats = statistics(vectors, qs, doc, sample=200)
+    from dataclasses import replace
 
+    from kbpack.search.ivf import ivf_dense_scores
+
+    vectors, qs, doc, gen_s, cached = vectors_of(n, queries, real, dims, cache)
+    rss_after_generate = _rss_mib()
+    n_lists = default_lists(n) if lists is None else lists
+    index, build = index_of(vectors, n_lists, cache)
+    rss_after_build = _rss_mib()
+    if build_only:
+        return {"chunks": n, "generate_s": gen_s, "build": build, "rss_mib": rss_after_build}
+    stats = statistics(vectors, qs, doc, sample=200)
+    centroids = np.ascontiguousarray(index.centroids)
+    sizes = np.diff(index.list_offsets)
+    index_bytes = {
+        "lists": index.centroids.nbytes + index.list_offsets.nbytes + index.list_chunks.nbytes,
+        "codes": int(np.prod(index.codes.shape)) + index.code_scale.nbytes,
+    }
+    no_codes = replace(index, codes=None, code_scale=None)
+
+    for q in qs[:3]:  # warm the page cache (vectors and codes mapped from the cache)
+        rounded_chunk_scores(vectors, q, None)
+        top_k(vectors, index, centroids, q, k, len(centroids))
     exact_ids, exact_cpu = [], []
     for q in qs:
         d, ms = cpu_ms(lambda q=q: rounded_chunk_scores(vectors, q, None))
@@ -283,58 +313,51 @@ def run(
         exact_ids.append(ids)
         exact_cpu.append(ms + ms2)
 
-    n_lists = default_lists(n) if lists is None else lists
-    t = time.perf_counter()
-    c = time.process_time()
-    index = build_index(vectors, n_lists)
-    build = {
-        "wall_s": round(time.perf_counter() - t, 1),
-        "cpu_s": round(time.process_time() - c, 1),
-    }
-    centroids = np.ascontiguousarray(index.centroids)
-    sizes = np.diff(index.list_offsets)
-    index_bytes = index.centroids.nbytes + index.list_offsets.nbytes + index.list_chunks.nbytes
+    def with_codes_path(q: np.ndarray, p: int) -> tuple[np.ndarray, int]:
+        d = ivf_dense_scores(vectors, index, centroids, q, None, p)
+        return d.top(k), int(d.exact[d.probed].sum())
 
-    # the layouts kbpack does not store (yet), for comparison: the vectors copied in list
-    # order (a list is then one contiguous run, as in faiss's IVF-Flat), and int8 codes of them
-    ordered = np.take(vectors, index.list_chunks, axis=0) if layouts else None
-    scale = float(np.abs(vectors[:: max(1, n // 100000)]).max()) if layouts else 1.0
-    codes = _codes(ordered, scale) if ordered is not None else None
-    searches: dict[str, Any] = {"kbpack": lambda q, p: top_k(vectors, index, centroids, q, k, p)}
-    if ordered is not None and codes is not None:
-        searches["list_ordered_f16"] = lambda q, p: _ordered_top_k(
-            vectors, ordered, index, centroids, q, k, p
-        )
-        searches["list_ordered_i8"] = lambda q, p: _codes_top_k(
-            vectors, codes, scale, index, centroids, q, k, p
-        )
+    def float16_path_(q: np.ndarray, p: int) -> tuple[np.ndarray, int]:
+        d = ivf_dense_scores(vectors, no_codes, centroids, q, None, p)
+        return d.top(k), int(d.exact[d.probed].sum())
+
+    searches: dict[str, Any] = {"codes": with_codes_path}
+    if float16_path:
+        searches["float16"] = float16_path_
     rows = []
-    for p in sorted(set([*probes, default_probe(n_lists)])):
-        row: dict[str, Any] = {"probe": p, "default": p == default_probe(n_lists)}
+    default = default_probe(n_lists)
+    for p in sorted(set([*probes, default])):
+        p = min(p, n_lists)
+        row: dict[str, Any] = {"probe": p, "default": p == default}
+        row["lists_share"] = round(p / n_lists, 4)
         scanned = 0
         for q in qs:
             scanned += int(sizes[np.argsort(-(centroids.astype(np.float32) @ q))[:p]].sum())
         row["chunks_scored_share"] = round(scanned / queries / n, 4)
         for name, search in searches.items():
-            hits, cpu = [], []
+            hits, cpu, shortlist = [], [], []
             for q, want in zip(qs, exact_ids, strict=True):
-                (ids, _), ms = cpu_ms(lambda q=q, p=p, search=search: search(q, p))
+                (ids, rescored), ms = cpu_ms(lambda q=q, p=p, search=search: search(q, p))
                 hits.append(len(set(ids.tolist()) & set(want.tolist())) / len(want))
                 cpu.append(ms)
-            tag = "" if name == "kbpack" else f"{name}_"
-            row[f"{tag}recall_at_k"] = round(float(np.mean(hits)), 4)
-            if name == "kbpack":
-                row["recall_min"] = round(float(np.min(hits)), 2)
-            row[f"{tag}cpu_ms_median"] = round(float(np.median(cpu)), 2)
-            ratio = float(np.median(cpu) / np.median(exact_cpu))
-            row[f"{tag}cpu_ratio_vs_exact"] = round(ratio, 4)
+                shortlist.append(rescored)
+            row[f"{name}_recall_at_k"] = round(float(np.mean(hits)), 4)
+            row[f"{name}_recall_min"] = round(float(np.min(hits)), 2)
+            row[f"{name}_cpu_ms_median"] = round(float(np.median(cpu)), 2)
+            row[f"{name}_cpu_ratio_vs_exact"] = round(
+                float(np.median(cpu) / np.median(exact_cpu)), 4
+            )
+            row[f"{name}_rescored_median"] = int(np.median(shortlist))
+            row[f"{name}_rescored_max"] = int(np.max(shortlist))
         rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
     return {
         "chunks": n,
         "dims": vectors.shape[1],
         "queries": queries,
         "k": k,
         "generate_s": round(gen_s, 1),
+        "generated_before": cached,
         "vectors_from": str(real) if real else "assumed spectrum",
         "stats": stats,
         "exact_cpu_ms_median": round(float(np.median(exact_cpu)), 2),
@@ -342,10 +365,14 @@ def run(
         "list_size_max": int(sizes.max()),
         "list_size_median": int(np.median(sizes)),
         "empty_lists": int((sizes == 0).sum()),
-        "build": build,
+        "build": {key: round(v, 1) for key, v in build.items()},
         "vectors_mib": round(vectors.nbytes / 2**20, 1),
-        "index_mib": round(index_bytes / 2**20, 1),
-        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "index_mib": {key: round(v / 2**20, 1) for key, v in index_bytes.items()},
+        "max_rss_mib": {
+            "after_generate": rss_after_generate,
+            "after_build": rss_after_build,
+            "end": _rss_mib(),
+        },
         "probes": rows,
     }
 
@@ -361,9 +388,20 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--real", type=Path, default=None, help="a real pack: its vectors' statistics")
     ap.add_argument(
-        "--layouts",
+        "--cache",
+        type=Path,
+        default=None,
+        help="keep the vectors (memory-mapped) and the index here, and reuse them next time",
+    )
+    ap.add_argument(
+        "--build-only",
         action="store_true",
-        help="also time two layouts kbpack does not store: vectors and int8 codes in list order",
+        help="generate the vectors and build the index into --cache, and stop",
+    )
+    ap.add_argument(
+        "--no-float16",
+        action="store_true",
+        help="do not also time the index without codes (probed float16 rows gathered)",
     )
     ap.add_argument(
         "--fit",
@@ -387,7 +425,9 @@ def main() -> int:
             args.lists,
             args.real,
             args.dims,
-            args.layouts,
+            args.cache,
+            not args.no_float16,
+            args.build_only,
         )
     text = json.dumps(report, indent=1)
     print(text)

@@ -293,6 +293,13 @@ def ivf_check(path: str, probe: int | None = None, query: np.ndarray | None = No
     assert sorted(chunks.tolist()) == list(range(n))
     for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
         assert (np.diff(chunks[a:b]) > 0).all()
+    with h5py.File(path, "r", locking=False) as f:
+        if "codes" in f["/ivf"]:  # optional: the vectors quantised, in list order, within 0.51
+            codes, scale = f["/ivf/codes"][()], f["/ivf/code_scale"][()]
+            vectors = f["/vectors/data"][()].astype(np.float64)
+            assert codes.dtype == np.int8 and codes.shape == (n, dims) and scale.shape == (dims,)
+            assert (np.abs(codes.astype(np.int64)) <= 127).all()
+            assert (np.abs(codes * scale - vectors[chunks]) <= 0.51 * scale + 1e-7).all()
     if query is None:
         return len(centroids)
     scores = centroids @ np.asarray(query, np.float64)

@@ -4,10 +4,11 @@ pack without re-embedding anything (spec/FORMAT.md §3.13).
 The vectors are read through HDF5's checksum, block by block, into a spool file beside the
 output and memory-mapped from there (a 10M-chunk pack's 7.7 GB never sit in memory at once);
 ``kbpack.pack.ivf.build_index`` builds the index as a writer would. The pack is copied to a
-temp file beside the output, the three datasets and the group are added there (an index
-already present is replaced), the manifest's count, digests, size and byte digest are
-recomputed, and the file replaces the output atomically. Every other element is untouched; a
-signature does not survive (it covered the old manifest): sign the new pack again.
+temp file beside the output, its datasets (centroids, lists, int8 codes) and the group are
+added there (an index already present, with or without codes, is replaced), the manifest's
+count, digests, size and byte digest are recomputed, and the file replaces the output
+atomically. Every other element is untouched; a signature does not survive (it covered the old
+manifest): sign the new pack again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest
-from kbpack.pack.ivf import IvfIndex, build_index, default_probe, ivf_attrs
+from kbpack.pack.ivf import IvfIndex, build_index, default_probe, ivf_attrs, ivf_datasets
 from kbpack.pack.manifest import read_header
 from kbpack.pack.read import PackReader, hdf5_errors
 from kbpack.pack.rewrite import publish
@@ -114,9 +115,7 @@ def _write_index(path: Path, index: IvfIndex, where: str) -> dict[str, str]:
         for k, v in attrs.items():
             group.attrs[k] = v
         out[F.IVF + "@attrs"] = attrs_digest(attrs)
-        for p, data in zip(
-            F.IVF_DATASETS, (index.centroids, index.list_offsets, index.list_chunks), strict=True
-        ):
+        for p, data in ivf_datasets(index):
             ds = create_dataset(h, p, data=data)
             e = F.ELEMENT_BY_PATH[p]
             ds_attrs = {F.A_KIND: e.kind, F.A_VERSION: 1, F.A_DESCRIPTION: e.description}

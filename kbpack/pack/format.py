@@ -128,6 +128,9 @@ IVF_CENTROIDS = "/ivf/centroids"
 IVF_LIST_OFFSETS = "/ivf/list_offsets"
 IVF_LIST_CHUNKS = "/ivf/list_chunks"
 IVF_DATASETS = (IVF_CENTROIDS, IVF_LIST_OFFSETS, IVF_LIST_CHUNKS)
+IVF_CODES = "/ivf/codes"  # optional within /ivf: int8 codes of the vectors in list order
+IVF_CODE_SCALE = "/ivf/code_scale"  # their per-dimension scale (float64)
+IVF_CODE_DATASETS = (IVF_CODES, IVF_CODE_SCALE)
 # string column -> its row digests
 ROW_DIGEST_OF = {
     DOC_NAME: ROW_DOC_NAME,
@@ -401,6 +404,21 @@ ELEMENTS: tuple[Element, ...] = (
         "i4",
         "chunks",
         "chunk rows of each list, ascending within a list; every chunk exactly once",
+        optional=True,
+    ),
+    _ds(
+        IVF_CODES,
+        "i1",
+        "chunks",
+        "int8 code of every chunk's vector, in list order (row r: chunk list_chunks[r])",
+        ndim=2,
+        optional=True,
+    ),
+    _ds(
+        IVF_CODE_SCALE,
+        "f8",
+        "",
+        "per-dimension scale of the codes: a vector is about codes * code_scale",
         optional=True,
     ),
 )

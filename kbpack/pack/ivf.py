@@ -18,14 +18,29 @@ centroid, ``chunks x lists x dims`` multiply-adds) is one BLAS matrix product ei
 ``check_index`` is the structural check that a reader and ``kbpack verify`` share: every chunk
 in exactly one list, offsets from 0 to ``chunks`` and non-decreasing, centroids finite and as
 wide as the vectors.
+
+The int8 codes (``/ivf/codes``, ``/ivf/code_scale``; ``encode_codes``): every chunk's vector
+quantised to int8, one scale per dimension, stored in list order so that a probed list is one
+contiguous run of 384 bytes a row (half the float16 row, and simsimd's int8 dot costs ~15 ns a
+row here against ~50 for the float16 one). A query scores the probed lists' codes, then re-scores
+exactly, from ``/vectors/data``, every chunk whose code score is within the codes' error bound of
+the top (``kbpack/search/ivf.py``): the codes choose which rows to read, never a score shown.
+Why not a faster index (faiss's IVF-PQ, HNSW): PQ codes are 8-16x smaller but their error has
+no cheap bound, so the re-scored shortlist becomes a tuned constant; int8 with a per-dimension
+scale has a bound (``CODE_TOLERANCE``) and needs no training beyond the lists.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+import mmap
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+
+from kbpack.pack import format as F
 
 MIN_CHUNKS = 1_000_000  # build (and merge, split, update) writes the index by default from here
 ITERATIONS = 12
@@ -33,11 +48,21 @@ SAMPLE_PER_LIST = 64  # k-means trains on at most this many vectors per list (fa
 SEED = 0
 ASSIGN_ROWS = 32768  # vectors assigned per matrix product (32k x lists float32 scores in memory)
 
+# how far a stored code may be from its component, in steps of its dimension's scale: a rounding
+# (0.5) and the float32 arithmetic of whoever quantised it (spec §3.13; verify checks it)
+CODE_TOLERANCE = 0.51
+CODE_MAX = 127  # codes lie in [-127, 127] (-128 is never written: the range stays symmetric)
+CODE_BLOCK = 65536  # rows quantised (or checked) at a time
+
 RULE = (
     f"spherical k-means (cosine) over /vectors/data: a sample of at most {SAMPLE_PER_LIST} "
     f"vectors per list (numpy seed {SEED}), {ITERATIONS} rounds, centroids re-normalised each "
     "round; every chunk in the list of its nearest centroid, ties to the lower list; chunk rows "
     "ascending within a list (spec/FORMAT.md 3.13)"
+)
+CODE_RULE = (
+    "codes[r] = rint(v / code_scale) of the vector v of chunk list_chunks[r] (float32 "
+    "arithmetic; 0 where code_scale is 0), code_scale[j] = max |v[j]| over the chunks / 127"
 )
 
 
@@ -50,9 +75,14 @@ def default_lists(chunks: int) -> int:
 
 
 def default_probe(lists: int) -> int:
-    """Lists a query probes by default: about 2 sqrt(lists) (90 of 2,000: ~5% of the chunks,
-    recall@10 0.9 at 1M in bench/ivf.py)."""
-    return max(1, min(lists, math.ceil(2 * math.sqrt(lists))))
+    """Lists a query probes by default: a tenth of them (200 of 2,000 at 1M chunks: ~11% of
+    the chunks, recall@10 0.957 there in bench/ivf.py, rising with the pack's size at the same
+    share), and at least ``ceil(2 sqrt(lists))`` so that an index of few lists (under 400) is
+    not read too thinly. Why a share: the lists hold about the same number of chunks, so the
+    share of lists read is the share of chunks scored; with the int8 codes a scored chunk
+    costs ~0.3 of a scanned one, so a tenth costs a few percent of the exact scan's CPU plus
+    the centroids and the re-scored shortlist (bench/RESULTS.md "Approximate search")."""
+    return max(1, min(lists, max(math.ceil(lists / 10), math.ceil(2 * math.sqrt(lists)))))
 
 
 def wanted(chunks: int, request: bool | None) -> bool:
@@ -71,6 +101,12 @@ class IvfIndex:
     centroids: np.ndarray  # float16 (lists, dims), unit rows
     list_offsets: np.ndarray  # int64 (lists + 1,)
     list_chunks: np.ndarray  # int32 (chunks,)
+    # int8 (chunks, dims) in list order (row r: chunk list_chunks[r]) and float32 (dims,), or
+    # None in an index without codes (packs written before them; ``build_index(codes=False)``).
+    # ``codes`` may be any object whose ``[a:b]`` gives those rows as an int8 array (a reader
+    # maps them in place: ``kbpack.pack.read.PackReader.ivf_index``)
+    codes: Any = None
+    code_scale: np.ndarray | None = None
 
     @property
     def lists(self) -> int:
@@ -93,8 +129,83 @@ def ivf_attrs(index: IvfIndex) -> dict[str, object]:
         "dims": int(index.centroids.shape[1]),
         "metric": "cosine",
         "probe": default_probe(index.lists),
-        "rule": RULE,
+        "rule": RULE if index.codes is None else f"{RULE}; {CODE_RULE}",
     }
+
+
+def ivf_datasets(index: IvfIndex) -> list[tuple[str, np.ndarray]]:
+    """(path, data) of every dataset of ``/ivf`` the index has, in the order they are written."""
+    out = [
+        (F.IVF_CENTROIDS, index.centroids),
+        (F.IVF_LIST_OFFSETS, index.list_offsets),
+        (F.IVF_LIST_CHUNKS, index.list_chunks),
+    ]
+    if index.codes is not None and index.code_scale is not None:
+        scale = np.asarray(index.code_scale, dtype=np.float64)  # float32 values, stored f8
+        out += [(F.IVF_CODES, np.asarray(index.codes)), (F.IVF_CODE_SCALE, scale)]
+    return out
+
+
+def code_scale_of(vectors: np.ndarray) -> np.ndarray:
+    """float32 (dims,): each dimension's largest magnitude over ``vectors`` / 127, in blocks."""
+    top = np.zeros(vectors.shape[1], np.float32)
+    for at in range(0, len(vectors), CODE_BLOCK):
+        block = np.abs(np.asarray(vectors[at : at + CODE_BLOCK], dtype=np.float32))
+        np.maximum(top, block.max(axis=0), out=top)
+    return (top / np.float32(CODE_MAX)).astype(np.float32)
+
+
+def quantise(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """int8 codes of ``rows`` (any float dtype) under ``scale`` (spec §3.13's rule)."""
+    inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0).astype(np.float32)
+    x = np.asarray(rows, dtype=np.float32) * inv
+    return np.clip(np.rint(x), -CODE_MAX, CODE_MAX).astype(np.int8)
+
+
+def encode_codes(vectors: np.ndarray, list_chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, code_scale): the int8 code of every chunk's vector, row ``r`` for chunk
+    ``list_chunks[r]`` (list order), and the per-dimension scale. ``vectors`` may be
+    memory-mapped: they are read a block of list rows at a time (ascending within the block)."""
+    scale = code_scale_of(vectors)
+    codes = np.empty((len(list_chunks), vectors.shape[1]), np.int8)
+    for at in range(0, len(list_chunks), CODE_BLOCK):
+        ids = np.asarray(list_chunks[at : at + CODE_BLOCK], dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        rows = np.empty((ids.size, vectors.shape[1]), np.float32)
+        rows[order] = np.asarray(vectors[ids[order]], dtype=np.float32)
+        codes[at : at + ids.size] = quantise(rows, scale)
+    return codes, scale
+
+
+def with_codes(index: IvfIndex, vectors: np.ndarray) -> IvfIndex:
+    """``index`` with the int8 codes of ``vectors`` (the vectors it was built over)."""
+    codes, scale = encode_codes(vectors, index.list_chunks)
+    return replace(index, codes=codes, code_scale=scale)
+
+
+def check_codes(
+    codes_shape: tuple[int, ...], scale: np.ndarray, chunks: int, dims: int
+) -> str | None:
+    """What is wrong with the codes' shapes and scale, in one line, or None (a reader's and
+    verify's check; verify also compares every code with its vector: ``code_faults``)."""
+    if tuple(codes_shape) != (chunks, dims):
+        return f"/ivf/codes: shape {tuple(codes_shape)}, need (chunks, dims) = ({chunks}, {dims})"
+    if scale.shape != (dims,):
+        return f"/ivf/code_scale: shape {scale.shape}, need one scale per dimension ({dims})"
+    bad = ~np.isfinite(scale) | (scale < 0)
+    if bad.any():
+        return f"/ivf/code_scale: scale {int(np.flatnonzero(bad)[0])} is negative or not finite"
+    return None
+
+
+def code_faults(codes: np.ndarray, scale: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Which rows of ``codes`` (int8, a block of list rows) are not ``vectors`` (the same
+    chunks' vectors, float) quantised within ``CODE_TOLERANCE`` steps, or out of [-127, 127]."""
+    x = np.asarray(vectors, dtype=np.float32)
+    c = np.asarray(codes).astype(np.float32)
+    step = scale.astype(np.float32)
+    off = np.abs(c * step - x) > CODE_TOLERANCE * step + 1e-7
+    return np.asarray(off.any(axis=1) | (np.abs(c) > CODE_MAX).any(axis=1))
 
 
 def _unit(a: np.ndarray) -> np.ndarray:
@@ -113,9 +224,10 @@ def _nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return out
 
 
-def build_index(vectors: np.ndarray, lists: int | None = None) -> IvfIndex:
+def build_index(vectors: np.ndarray, lists: int | None = None, codes: bool = True) -> IvfIndex:
     """The index of ``vectors`` ((chunks, dims) float16 unit rows, in memory or memory-mapped)
-    with ``lists`` lists (None: ``default_lists``)."""
+    with ``lists`` lists (None: ``default_lists``), with its int8 codes unless ``codes`` is
+    False."""
     n = len(vectors)
     if n == 0:
         raise ValueError("an IVF index needs at least one vector")
@@ -143,7 +255,8 @@ def build_index(vectors: np.ndarray, lists: int | None = None) -> IvfIndex:
     order = np.argsort(assign, kind="stable")  # stable: chunk rows ascend within a list
     offsets = np.zeros(k + 1, np.int64)
     np.cumsum(np.bincount(assign, minlength=k), out=offsets[1:])
-    return IvfIndex(centroids16, offsets, order.astype(np.int32))
+    index = IvfIndex(centroids16, offsets, order.astype(np.int32))
+    return with_codes(index, vectors) if codes else index
 
 
 def _add_rows(sums: np.ndarray, assign: np.ndarray, rows: np.ndarray) -> None:
@@ -199,3 +312,88 @@ def check_index(
         row = int(down[~starts[down]][0])
         return f"/ivf/list_chunks: rows of one list must ascend (row {row})"
     return None
+
+
+class CodeRows:
+    """``/ivf/codes`` of an open pack, read where it lies: ``parts(a, b)`` gives rows ``a:b``
+    as int8 arrays, views of the mapped file (one per HDF5 chunk the run crosses), or read
+    through HDF5 (Fletcher-32 checked) where the layout does not allow mapping (a filter, a
+    chunk not written, a file that cannot be mapped). Unchecked mapped bytes choose only which
+    rows a query re-scores from the vectors, never a score (``kbpack/search/ivf.py``)."""
+
+    def __init__(self, checked: Any, h5ds: Any, path: str) -> None:
+        self.checked = checked
+        self.shape: tuple[int, ...] = tuple(h5ds.shape)
+        self._map: mmap.mmap | None = None
+        self._firsts: np.ndarray | None = None
+        self._views: list[np.ndarray] = []
+        with contextlib.suppress(OSError, ValueError, RuntimeError, TypeError, KeyError):
+            self._map_chunks(h5ds, path)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def mapped(self) -> bool:
+        return self._firsts is not None
+
+    def _map_chunks(self, ds: Any, path: str) -> None:
+        n = self.shape[0]
+        if n == 0 or len(self.shape) != 2 or ds.dtype != np.int8 or ds.chunks is None:
+            return
+        dims = self.shape[1]
+        if ds.chunks[1:] != (dims,):
+            return
+        dcpl = ds.id.get_create_plist()
+        if [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())] not in ([], [3]):
+            return  # (3: Fletcher-32, which follows the bytes; anything else changes them)
+        extents: list[tuple[int, int]] = []
+        ds.id.chunk_iter(lambda c: extents.append((int(c.chunk_offset[0]), int(c.byte_offset))))
+        extents.sort()
+        per = int(ds.chunks[0])
+        if [r for r, _ in extents] != list(range(0, n, per)):
+            return
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        flat = np.frombuffer(self._map, dtype=np.int8)
+        views = []
+        for first, offset in extents:
+            m = min(per, n - first)
+            if offset + m * dims > flat.size:
+                return
+            views.append(flat[offset : offset + m * dims].reshape(m, dims))
+        for first, view in ((extents[0][0], views[0]), (extents[-1][0], views[-1])):
+            if not np.array_equal(np.asarray(ds[first : first + len(view)]), view):
+                return  # the bytes mapped must be the values HDF5 reads
+        self._views = views
+        self._firsts = np.array([r for r, _ in extents], dtype=np.int64)
+
+    def parts(self, a: int, b: int) -> list[np.ndarray]:
+        """Rows ``a:b`` as a few int8 arrays, in order."""
+        if b <= a:
+            return []
+        if self._firsts is None:
+            return [np.asarray(self.checked[a:b], dtype=np.int8)]
+        out = []
+        i = int(np.searchsorted(self._firsts, a, side="right")) - 1
+        while a < b:
+            first = int(self._firsts[i])
+            view = self._views[i]
+            stop = min(b, first + len(view))
+            out.append(view[a - first : stop - first])
+            a, i = stop, i + 1
+        return out
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        a, b, _ = rows.indices(self.shape[0])
+        parts = self.parts(a, b)
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros((0, self.shape[1]), np.int8)
+
+    def close(self) -> None:
+        self._views, self._firsts = [], None
+        if self._map is not None:
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None

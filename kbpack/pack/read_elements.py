@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kbpack.pack import format as F
-from kbpack.pack.ivf import IvfIndex, check_index
+from kbpack.pack.ivf import CodeRows, IvfIndex, check_codes, check_index
 from kbpack.pack.read_checked import CheckedDataset, DamagedDataError, hdf5_errors
 from kbpack.pack.read_columns import ColumnReader
 from kbpack.pack.read_meta import PackSettings
@@ -39,6 +39,9 @@ class ElementReader(ReadPart):
         for rows in self._stored.values():
             rows.close()
         self._stored.clear()
+        ivf = self._cache.get("ivf")
+        if ivf is not None and isinstance(ivf.codes, CodeRows):
+            ivf.codes.close()  # its map of the file
 
     def bm25_dense(self) -> tuple[np.ndarray, CheckedDataset] | None:
         """``/bm25/dense_terms`` (read whole, digest-checked) and ``/bm25/dense_tf`` (sliced per
@@ -161,10 +164,25 @@ class ElementReader(ReadPart):
                 why = check_index(centroids, offsets, chunks, n, int(dims[0]) if dims else -1)
                 if why is not None:
                     raise DamagedDataError(self.where, F.IVF, why)
-                index = IvfIndex(centroids, offsets, chunks)
+                index = IvfIndex(centroids, offsets, chunks, *self._ivf_codes(n, int(dims[0])))
             self._cache["ivf"] = index
         out: IvfIndex | None = self._cache["ivf"]
         return out
+
+    def _ivf_codes(self, n: int, dims: int) -> tuple[CodeRows | None, np.ndarray | None]:
+        """``/ivf/codes`` mapped in place and its scale (read whole), checked as verify checks
+        their shapes; (None, None) in an index without codes (spec §3.13: they are optional)."""
+        with hdf5_errors(self.where):
+            if not all(p in self.h5 for p in F.IVF_CODE_DATASETS):
+                return None, None
+        scale = self.columns.column(F.IVF_CODE_SCALE)
+        codes_ds = self.columns.dataset(F.IVF_CODES)
+        why = check_codes(tuple(codes_ds.shape), scale, n, dims)
+        if why is not None:
+            raise DamagedDataError(self.where, F.IVF, why)
+        with hdf5_errors(self.where, F.IVF_CODES):
+            codes = CodeRows(codes_ds, self.h5[F.IVF_CODES], str(self.path))
+        return codes, scale.astype(np.float32)
 
     def write_gguf(self, out: Path) -> None:
         """Copy the embedded GGUF model out of the pack (llama.cpp needs a file path)."""

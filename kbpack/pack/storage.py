@@ -50,6 +50,7 @@ UNCOMPRESSED = frozenset(
         F.PIECE_DATA,
         F.MODEL_GGUF,
         F.BM25_DENSE_TF,
+        F.IVF_CODES,  # scanned in place by the approximate search, as the vectors (spec §1.1)
         # read whole by every query (spec §1.1: MAY be compressed; kbpack writes them plain)
         F.BM25_TERMS_BLOB,
         F.BM25_TERMS_OFFSETS,
@@ -77,7 +78,7 @@ def compressed(path: str) -> bool:
 def chunk_shape(path: str, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Chunk dimensions for a dataset of ``shape``: whole rows, about ``CHUNK_BYTES`` each."""
     row_bytes = max(1, itemsize * int(np.prod(shape[1:], dtype=np.int64)))
-    target = VECTOR_CHUNK_BYTES if path in (F.VEC_DATA, F.PIECE_DATA) else CHUNK_BYTES
+    target = VECTOR_CHUNK_BYTES if path in (F.VEC_DATA, F.PIECE_DATA, F.IVF_CODES) else CHUNK_BYTES
     if path in (F.BM25_CHUNK, F.BM25_TF):
         target = POSTINGS_CHUNK_BYTES
     rows = max(1, target // row_bytes)

@@ -24,7 +24,7 @@ from kbpack.pack.digest import (
     strings_digest,
 )
 from kbpack.pack.format import PIECE_RULE, PIECE_WEIGHT
-from kbpack.pack.ivf import IvfIndex, ivf_attrs
+from kbpack.pack.ivf import IvfIndex, ivf_attrs, ivf_datasets
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.write_child import errors_reported_first
 from kbpack.pack.write_spools import Spools
@@ -315,7 +315,6 @@ class PackFile:
                     w.put(path, values)
                 else:
                     w.put_str(path, values)
-        if self.ivf is not None:
-            w.put(F.IVF_CENTROIDS, self.ivf.centroids)
-            w.put(F.IVF_LIST_OFFSETS, self.ivf.list_offsets)
-            w.put(F.IVF_LIST_CHUNKS, self.ivf.list_chunks)
+        if self.ivf is not None:  # centroids, lists, and the int8 codes (spec §3.13)
+            for path, data in ivf_datasets(self.ivf):
+                w.put(path, data)

@@ -25,7 +25,7 @@ from kbpack.search.dense import (
     rounded_chunk_scores,
     rounded_chunk_scores_many,
 )
-from kbpack.search.ivf import ivf_dense_scores
+from kbpack.search.ivf import ProbedScores, ivf_dense_scores
 
 
 class Float32Budget:
@@ -192,11 +192,16 @@ class PackVectors:
         """A NaN or infinite component (a pack whose digests were rewritten to match: only
         verify's invariants would say so) must be one line, not a fusion ValueError."""
         for element, values in ((F.VEC_DATA, d.cos), (F.PIECE_DATA, d.score)):
-            if d.scored is not None:  # an approximate pass scored these rows only
+            rows = None
+            if isinstance(d, ProbedScores):  # an approximate pass scored these rows only
+                rows = d.probed
+                values = values[rows]
+            elif d.scored is not None:
                 values = np.where(d.scored, values, 0.0)
             if np.isfinite(values).all():  # (no index array to build: the usual case)
                 continue
             bad = np.flatnonzero(~np.isfinite(values))
+            bad = bad if rows is None else rows[bad]
             raise DamagedDataError(
                 self.r.where,
                 element,

@@ -47,6 +47,7 @@ class ExamState:
         self.gguf_sha: str | None = None
         self.gguf_head = b""  # the stored GGUF's first bytes: its header (digests.py)
         self._texts: dict[int, str | None] = {}
+        self.file: Any = None  # the open h5py.File, for the late checks that read it again
 
     def add(self, code: str, path: str, detail: str) -> None:
         self.findings.append(Finding(code, path, detail).as_dict())

@@ -209,6 +209,7 @@ class Examiner(
 
     def late_invariants(self, h: Any) -> None:
         """Checks that need the vector pass finished."""
+        self.file = h  # the IVF codes' check reads the vectors again (invariants/ivf.py)
         self._run_checks(
             self._check_vectors,
             self._check_pieces,

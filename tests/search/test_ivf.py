@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -20,10 +21,17 @@ from kbpack.ops.merge import merge_packs
 from kbpack.ops.migrate import migrate_pack
 from kbpack.ops.split import split_pack
 from kbpack.pack import format as F
-from kbpack.pack.ivf import build_index, check_index, default_lists
+from kbpack.pack.ivf import (
+    CODE_TOLERANCE,
+    build_index,
+    check_index,
+    code_faults,
+    default_lists,
+    encode_codes,
+)
 from kbpack.pack.read import DamagedDataError, PackReader
 from kbpack.search.dense import rounded_chunk_scores
-from kbpack.search.ivf import top_k
+from kbpack.search.ivf import code_scores, ivf_dense_scores, top_k
 from kbpack.testing.fuzz.pack_mutations import element_digests, restamp
 from kbpack.verify.pipeline import verify_pack
 
@@ -49,7 +57,10 @@ def test_probing_every_list_returns_the_exact_top_k() -> None:
         want = exact.top(10)
         ids, cos = top_k(vectors, index, centroids, q, 10, probe_lists=16)
         assert ids.tolist() == want.tolist()
-        assert cos.tolist() == exact.cos[want].tolist()  # the exact path's scores, bit for bit
+        # the exact path's scores: both re-score their shortlists from the float16 rows in
+        # float32; the shortlists differ (int8 codes here), and BLAS may round a row's dot
+        # product differently in another batch, by an ulp or so
+        assert np.allclose(cos, exact.cos[want], rtol=0, atol=1e-6)
         few, _ = top_k(vectors, index, centroids, q, 10, probe_lists=2)
         recalls.append(len(set(few.tolist()) & set(want.tolist())) / 10)
     assert np.mean(recalls) < 1.0  # two lists of 16 really read less (and miss some)
@@ -255,4 +266,165 @@ def test_update_keeps_the_index(packs: dict[str, Path], tmp_path: Path, model: P
     update_pack(packs["a"], opts)
     assert verify_pack(out).intact
     with PackReader(out) as r:
-        assert r.has_ivf and r.ivf_index() is not None
+        index = r.ivf_index()
+        assert r.has_ivf and index is not None and index.codes is not None  # codes rebuilt too
+
+
+# -- the int8 codes (/ivf/codes, /ivf/code_scale) --------------------------------------------
+
+
+def test_codes_are_the_vectors_quantised_in_list_order_and_bound_the_estimate() -> None:
+    vectors = clustered(2000, 48)
+    index = build_index(vectors, 12)
+    codes, scale = index.codes, index.code_scale
+    assert codes is not None and scale is not None
+    assert codes.dtype == np.int8 and codes.shape == (2000, 48) and scale.dtype == np.float32
+    v = vectors.astype(np.float32)
+    # row r is chunk list_chunks[r]'s vector, within half a step (+ tolerance) per component
+    assert np.all(np.abs(codes * scale - v[index.list_chunks]) <= CODE_TOLERANCE * scale + 1e-7)
+    assert not code_faults(codes, scale, v[index.list_chunks]).any()
+    assert np.abs(codes).max() == 127  # the scale is each dimension's largest magnitude
+    # every estimate is within the stated bound of the exact float32 cosine, for any query
+    starts, ends = np.array([0]), np.array([2000])
+    for q in clustered(30, 48, seed=5).astype(np.float32):
+        est, bound = code_scores(codes, scale, q, starts, ends)
+        exact = v[index.list_chunks] @ q
+        assert np.abs(est - exact).max() <= bound
+        assert bound < 0.1  # and it is a useful bound, not a vacuous one
+
+
+def test_a_search_with_codes_equals_one_without_and_reads_a_shortlist() -> None:
+    vectors = clustered(3000, 32)
+    index = build_index(vectors, 16)
+    plain = replace(index, codes=None, code_scale=None)
+    for q in clustered(10, 32, seed=2).astype(np.float32):
+        for probe_lists in (2, 5, 16):
+            a = top_k(vectors, index, index.centroids, q, 10, probe_lists)
+            b = top_k(vectors, plain, index.centroids, q, 10, probe_lists)
+            assert a[0].tolist() == b[0].tolist()  # the same chunks: the top of the probed
+            assert np.allclose(a[1], b[1], rtol=0, atol=1e-6)
+        d = ivf_dense_scores(vectors, index, index.centroids, q, None, 16)
+        d.top(10)
+        assert 10 <= d.exact.sum() < 3000  # re-scored: those that could be in the top 10
+
+
+def _codes_damaged(src: Path, out: Path) -> tuple[Path, int]:
+    shutil.copyfile(src, out)
+    with h5py.File(out, "r+") as h:
+        codes = h[F.IVF_CODES][()]
+        row = codes.shape[0] // 2
+        codes[row] = -codes[row]  # a plausible row (in range), but another vector's
+        codes[row, 0] = 99 if codes[row, 0] != 99 else -99
+        h[F.IVF_CODES][...] = codes
+        digests = element_digests(h)
+    restamp(out, "elements", digests)  # the digests agree: only the invariant can tell
+    return out, row
+
+
+def test_verify_finds_a_damaged_code_row(packs: dict[str, Path], tmp_path: Path) -> None:
+    with h5py.File(packs["a"], "r") as h:
+        assert h[F.IVF_CODES].dtype == np.int8 and h[F.IVF_CODE_SCALE].dtype == np.float64
+        assert h[F.IVF_CODES].compression is None and h[F.IVF_CODES].fletcher32
+    bad, row = _codes_damaged(packs["a"], tmp_path / "codes.kbpack")
+    report = verify_pack(bad)
+    assert not report.intact
+    found = [f for f in report.as_dict()["findings"] if f["code"] == "ivf"]
+    assert len(found) == 1, report.as_dict()["findings"]
+    assert found[0]["path"] == F.IVF_CODES and f"rows {row}" in found[0]["detail"]
+    assert "\n" not in found[0]["detail"]
+
+
+def test_a_pack_whose_index_has_no_codes_still_searches(
+    packs: dict[str, Path], tmp_path: Path, model: Path
+) -> None:
+    old = tmp_path / "no-codes.kbpack"
+    shutil.copyfile(packs["a"], old)
+    with h5py.File(old, "r+") as h:
+        for path in F.IVF_CODE_DATASETS:
+            del h[path]
+        digests = element_digests(h)
+    restamp(old, "elements", digests)
+    assert verify_pack(old).intact
+    with PackReader(old) as r:
+        index = r.ivf_index()
+        assert index is not None and index.codes is None
+    with kbpack.open(old, model=model) as p, kbpack.open(packs["a"], model=model) as q:
+        for text in QUESTIONS:
+            for probe_lists in (1, 4):
+                got = _ids(p, text, mode="dense", probe=probe_lists)
+                assert got == _ids(q, text, mode="dense", probe=probe_lists), text
+    # and a lone code dataset is one finding
+    half = tmp_path / "half.kbpack"
+    shutil.copyfile(packs["a"], half)
+    with h5py.File(half, "r+") as h:
+        del h[F.IVF_CODE_SCALE]
+        digests = element_digests(h)
+    restamp(half, "elements", digests)
+    findings = verify_pack(half).as_dict()["findings"]
+    assert [f["path"] for f in findings] == [F.IVF_CODE_SCALE], findings
+
+
+def test_the_reader_maps_the_codes_and_merge_split_migrate_keep_them(
+    packs: dict[str, Path], tmp_path: Path
+) -> None:
+    with PackReader(packs["a"]) as r:
+        index = r.ivf_index()
+        assert index is not None and index.codes is not None and index.codes.mapped
+        vectors = r.column(F.VEC_DATA)
+        want, scale = encode_codes(vectors, index.list_chunks)
+        assert np.array_equal(index.codes[0 : len(want)], want)  # round trip, bit for bit
+        assert np.array_equal(index.code_scale, scale)
+        n = len(want)
+        parts = index.codes.parts(1, n - 1)  # rows across HDF5 chunks, in order
+        assert np.array_equal(np.concatenate(parts), want[1 : n - 1])
+    merged = tmp_path / "merged.kbpack"
+    merge_packs([packs["a"], packs["b"]], merged)
+    members = split_pack(merged, tmp_path / "part.kbpack", merged.stat().st_size - 1).members
+    migrated = tmp_path / "migrated.kbpack"
+    migrate_pack(packs["a"], migrated)
+    for path in [merged, migrated, *(Path(m["path"]) for m in members)]:
+        assert verify_pack(path).intact, path
+        with PackReader(path) as r:
+            if not r.has_ivf:
+                continue
+            index = r.ivf_index()
+            assert index is not None and index.codes is not None, path
+            assert ivf_check(str(path)) == index.lists  # the spec's rule, read independently
+            v = r.column(F.VEC_DATA).astype(np.float32)
+            assert not code_faults(
+                index.codes[0 : len(v)], index.code_scale, v[index.list_chunks]
+            ).any()
+
+
+def test_code_rows_read_runs_across_hdf5_chunks_where_they_lie(tmp_path: Path) -> None:
+    from kbpack.pack.ivf import CodeRows
+
+    rng = np.random.default_rng(4)
+    codes = rng.integers(-127, 128, size=(50, 6)).astype(np.int8)
+    path = tmp_path / "codes.h5"
+    with h5py.File(path, "w") as h:
+        h.create_dataset("c", data=codes, chunks=(7, 6), fletcher32=True, maxshape=(None, 6))
+        h.create_dataset("z", data=codes, chunks=(7, 6), compression="gzip")
+    with h5py.File(path, "r") as h:
+        mapped, inflated = CodeRows(h["c"], h["c"], str(path)), CodeRows(h["z"], h["z"], str(path))
+        assert mapped.mapped and not inflated.mapped  # deflated bytes are not the values
+        for rows in ((0, 50), (3, 4), (6, 8), (13, 36), (49, 50), (10, 10)):
+            for where in (mapped, inflated):
+                parts = where.parts(*rows)
+                got = np.concatenate(parts) if parts else np.zeros((0, 6), np.int8)
+                assert np.array_equal(got, codes[rows[0] : rows[1]]), rows
+        assert len(mapped.parts(6, 8)) == 2  # one view per chunk the run crosses, no copy
+        mapped.close()
+
+
+def test_mth_largest_is_exact_whatever_the_sample() -> None:
+    from kbpack.search.ivf import mth_largest
+
+    rng = np.random.default_rng(7)
+    for size in (5, 100, 40_000, 200_000):
+        values = rng.normal(size=size).astype(np.float32)
+        values[rng.integers(0, size, size // 10)] = -np.inf  # masked rows
+        values[:3] = values.max() + 1  # ties at the top
+        for m in (1, 3, 4, 10, 100):
+            if m < size:
+                assert mth_largest(values, m) == np.sort(values)[::-1][m - 1], (size, m)

@@ -117,7 +117,7 @@ class QueryCommand(click.Command):
     "--probe",
     type=click.IntRange(min=1),
     metavar="N",
-    help="Lists of the pack's IVF index a query reads (default: the pack's, ~2 sqrt(lists)).",
+    help="Lists of the pack's IVF index a query reads (default: the pack's, a tenth of its lists).",
 )
 @threads_option()
 @json_option()

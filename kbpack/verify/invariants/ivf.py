@@ -4,12 +4,18 @@ pack with vectors; then ``kbpack.pack.ivf.check_index`` (the reader's own check)
 finite and as wide as the vectors, offsets from 0 to the chunks without decreasing, every chunk
 in exactly one list, ascending within it; and the default ``probe`` at most the lists. Which
 list a chunk is in is the builder's judgement (k-means): a chunk in a farther list costs recall,
-not correctness, and is not re-judged."""
+not correctness, and is not re-judged. The optional int8 codes (``/ivf/codes``,
+``/ivf/code_scale``, together): shapes, a finite non-negative scale, and every code row is its
+chunk's vector quantised by the stated rule within ``CODE_TOLERANCE`` steps (the bound a query
+relies on to re-score every chunk that could be in its top k): the vectors are read again, in
+blocks, and compared with the codes of their chunks (one finding naming the first rows off)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from kbpack.pack import format as F
-from kbpack.pack.ivf import check_index
+from kbpack.pack.ivf import CODE_BLOCK, check_codes, check_index, code_faults
 from kbpack.verify.exam_state import ExamState
 
 
@@ -37,10 +43,53 @@ class IvfInvariants(ExamState):
             self.add("ivf", path, detail)
             return
         self.stats["ivf_lists"] = int(centroids.shape[0])
+        self._check_ivf_codes(chunks, n, int(self.stats.get("vector_dims", -1)))
         probe = (self.attrs.get(F.IVF) or {}).get(F.IVF_PROBE_ATTR)
         if isinstance(probe, int) and probe > centroids.shape[0]:
             self.add(
                 "attribute-invalid",
                 F.IVF,
                 f"probe {probe}: more than the index's {centroids.shape[0]} lists",
+            )
+
+    def _check_ivf_codes(self, list_chunks: np.ndarray, n: int, dims: int) -> None:
+        present = [p for p in F.IVF_CODE_DATASETS if p in self.in_file]
+        if not present:
+            return
+        if len(present) < len(F.IVF_CODE_DATASETS):
+            missing = next(p for p in F.IVF_CODE_DATASETS if p not in present)
+            self.add("missing-element", missing, "/ivf/codes and /ivf/code_scale come together")
+            return
+        codes, scale = self._col(F.IVF_CODES), self._col(F.IVF_CODE_SCALE)
+        if codes is None or scale is None:
+            return  # unreadable or refused: already a finding
+        why = check_codes(codes.shape, scale, n, dims)
+        if why is not None:
+            path, _, detail = why.partition(": ")
+            self.add("ivf", path, detail)
+            return
+        if self.file is None or F.VEC_DATA not in self.readable:
+            return
+        # list row of each chunk (list_chunks is a permutation: check_index said so)
+        row_of = np.empty(n, np.int64)
+        row_of[list_chunks.astype(np.int64)] = np.arange(n, dtype=np.int64)
+        step = scale.astype(np.float32)
+        vectors = self.file[F.VEC_DATA]
+        bad: list[int] = []
+        count = 0
+        for at in range(0, n, CODE_BLOCK):
+            block = np.asarray(vectors[at : at + CODE_BLOCK])
+            rows = row_of[at : at + len(block)]
+            off = code_faults(codes[rows], step, block)
+            if off.any():
+                found = np.sort(rows[off])
+                count += int(found.size)
+                bad = sorted([*bad, *found[:3].tolist()])[:3]
+        if count:
+            more = f" (and {count - len(bad)} more)" if count > len(bad) else ""
+            self.add(
+                "ivf",
+                F.IVF_CODES,
+                f"rows {', '.join(map(str, bad))}{more}: not their chunks' vectors quantised by "
+                "the stated rule (spec/FORMAT.md 3.13)",
             )
