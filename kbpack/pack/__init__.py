@@ -13,6 +13,7 @@ __all__ = [
     "format",
     "global_heap",
     "manifest",
+    "mapped",
     "preflight",
     "read",
     "read_checked",

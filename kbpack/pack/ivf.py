@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kbpack.pack import format as F
+from kbpack.pack.mapped import map_chunks
 
 MIN_CHUNKS = 1_000_000  # build (and merge, split, update) writes the index by default from here
 ITERATIONS = 12
@@ -338,35 +339,11 @@ class CodeRows:
         return self._firsts is not None
 
     def _map_chunks(self, ds: Any, path: str) -> None:
-        n = self.shape[0]
-        if n == 0 or len(self.shape) != 2 or ds.dtype != np.int8 or ds.chunks is None:
-            return
-        dims = self.shape[1]
-        if ds.chunks[1:] != (dims,):
-            return
-        dcpl = ds.id.get_create_plist()
-        if [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())] not in ([], [3]):
-            return  # (3: Fletcher-32, which follows the bytes; anything else changes them)
-        extents: list[tuple[int, int]] = []
-        ds.id.chunk_iter(lambda c: extents.append((int(c.chunk_offset[0]), int(c.byte_offset))))
-        extents.sort()
-        per = int(ds.chunks[0])
-        if [r for r, _ in extents] != list(range(0, n, per)):
-            return
-        with open(path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        flat = np.frombuffer(self._map, dtype=np.int8)
-        views = []
-        for first, offset in extents:
-            m = min(per, n - first)
-            if offset + m * dims > flat.size:
-                return
-            views.append(flat[offset : offset + m * dims].reshape(m, dims))
-        for first, view in ((extents[0][0], views[0]), (extents[-1][0], views[-1])):
-            if not np.array_equal(np.asarray(ds[first : first + len(view)]), view):
-                return  # the bytes mapped must be the values HDF5 reads
-        self._views = views
-        self._firsts = np.array([r for r, _ in extents], dtype=np.int64)
+        found = map_chunks(ds, path, np.dtype(np.int8), self.shape)
+        if found is not None:
+            self._map, blocks = found
+            self._views = [view for _, view in blocks]
+            self._firsts = np.array([first for first, _ in blocks], dtype=np.int64)
 
     def parts(self, a: int, b: int) -> list[np.ndarray]:
         """Rows ``a:b`` as a few int8 arrays, in order."""

@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-FLETCHER32 = 3  # HDF5's filter id (H5Z_FILTER_FLETCHER32)
+from kbpack.pack.mapped import map_chunks
+
 FLOAT16 = np.dtype("<f2")
 BLOCK_BYTES = 4 << 20  # the HDF5 path reads this much per call: big enough to amortise the call,
 #   small enough to stay in cache while it is scanned
@@ -192,38 +193,11 @@ class StoredRows:
 
     def _map_chunks(self, ds: Any, path: str) -> list[tuple[int, np.ndarray]] | None:
         """(first row, float16 rows view) of every chunk, or None where the layout does not
-        allow reading the stored bytes as the values."""
-        n, dims = self.shape
-        if n == 0 or ds.dtype != FLOAT16 or ds.chunks is None or ds.chunks[1:] != (dims,):
+        allow reading the stored bytes as the values (``mapped.map_chunks``)."""
+        found = map_chunks(ds, path, FLOAT16, self.shape)
+        if found is None:
             return None
-        dcpl = ds.id.get_create_plist()
-        filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
-        if filters not in ([], [FLETCHER32]):
-            return None
-        extents: list[tuple[int, int]] = []
-        ds.id.chunk_iter(lambda c: extents.append((int(c.chunk_offset[0]), int(c.byte_offset))))
-        extents.sort()
-        rows_per = int(ds.chunks[0])
-        row_bytes = dims * 2
-        if [r for r, _ in extents] != list(range(0, n, rows_per)):
-            return None  # a chunk never written reads as the fill value: not in the file
-        with open(path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        flat = np.frombuffer(self._map, dtype=np.uint8)
-        blocks = []
-        for first, offset in extents:
-            m = min(rows_per, n - first)
-            if offset + m * row_bytes > flat.size:
-                return None
-            view = flat[offset : offset + m * row_bytes].view(FLOAT16).reshape(m, dims)
-            blocks.append((first, view))
-        # the first and the last row as HDF5 reads them must be the bytes mapped
-        for first, view in (blocks[0], blocks[-1]):
-            m = view.shape[0]
-            if not np.array_equal(
-                np.asarray(ds[first : first + m]).view(np.uint16), view.view(np.uint16)
-            ):
-                return None
+        self._map, blocks = found
         return blocks
 
     def scan(self, q: np.ndarray, *, use_simsimd: bool = True, rounded: bool = False) -> np.ndarray:
