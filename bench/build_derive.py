@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from quality_table import PHRASINGS, convex_rank, dense_top, fmt_p, rank_of  # noqa: E402
+from quality_table import PHRASINGS, convex_rank, dense_top, paired_cells, rank_of  # noqa: E402
 
 import kbpack  # noqa: E402
-from kbpack.ops.evaluate import load_questions, mrr, normalize, paired, recall_at  # noqa: E402
+from kbpack.ops.evaluate import load_questions, mrr, normalize, recall_at  # noqa: E402
 from kbpack.pack import format as F  # noqa: E402
 from kbpack.search.fusion import DENSE_WEIGHT  # noqa: E402
 
@@ -154,16 +154,7 @@ def main() -> int:
             if name == "embedded":
                 continue
             a, b = ranks[f"{rule}, {name}"], ranks[f"{rule}, embedded"]
-            cells = []
-            for p in PHRASINGS:
-                tests = paired(a[p], b[p], (1, 8, 20))
-                dm = mrr(a[p]).value - mrr(b[p]).value
-                cells.append(
-                    f"{p}: "
-                    + ", ".join(f"@{t.k} +{t.wins}/-{t.losses} p={fmt_p(t.p_value)}" for t in tests)
-                    + f", MRR {dm:+.3f}"
-                )
-            print(f"* {rule}, {name}: " + "; ".join(cells))
+            print(f"* {rule}, {name}: " + paired_cells(a, b, PHRASINGS))
     return 0
 
 

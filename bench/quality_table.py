@@ -307,6 +307,18 @@ def fmt_p(p: float) -> str:
     return f"{p:.2g}" if p < 0.01 else f"{p:.2f}"
 
 
+def paired_cells(a: dict[str, Any], b: dict[str, Any], phrasings: Sequence[str]) -> str:
+    """Ranks ``a`` against ``b`` per phrasing: "doc: @1 +w/-l p=.., @8 .., @20 .., MRR +x; ..."
+    (+wins/-losses of ``a``, exact sign test on the discordant pairs)."""
+    cells = []
+    for ph in phrasings:
+        tests = paired(a[ph], b[ph], (1, 8, 20))
+        dm = mrr(a[ph]).value - mrr(b[ph]).value
+        shown = ", ".join(f"@{t.k} +{t.wins}/-{t.losses} p={fmt_p(t.p_value)}" for t in tests)
+        cells.append(f"{ph}: {shown}, MRR {dm:+.3f}")
+    return "; ".join(cells)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pack", type=Path)

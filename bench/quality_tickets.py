@@ -40,7 +40,7 @@ import numpy as np
 import quality_table as qt  # bench/quality_table.py (this script's directory is on sys.path)
 
 import kbpack
-from kbpack.ops.evaluate import load_questions, mrr, paired
+from kbpack.ops.evaluate import load_questions, mrr
 from kbpack.pack import format as F
 from kbpack.pack.format import PIECE_WEIGHT
 from kbpack.search.bm25 import idf_weights
@@ -269,16 +269,7 @@ def main() -> None:
     for name, per in ranks.items():
         if name == "hybrid (kbpack)":
             continue
-        cells = []
-        for ph in phrasings:
-            tests = paired(per[ph], base[ph], (1, 8, 20))
-            dm = mrr(per[ph]).value - mrr(base[ph]).value
-            cells.append(
-                f"{ph}: "
-                + ", ".join(f"@{t.k} +{t.wins}/-{t.losses} p={qt.fmt_p(t.p_value)}" for t in tests)
-                + f", MRR {dm:+.3f}"
-            )
-        print(f"* {name}: " + "; ".join(cells))
+        print(f"* {name}: " + qt.paired_cells(per, base, phrasings))
 
 
 if __name__ == "__main__":
