@@ -1,16 +1,20 @@
 """Document -> chunks with [start, end) offsets into the canonical text.
 
 A chunk lies inside the *own text* of one section (its span minus its child sections' spans),
-so it never crosses a section boundary. A section's heading is one unit with the block after
-it, so it is never a chunk alone; a section whose own text is only its heading (and its
-number) gets no chunk (issue 32; before, only when it had subsections, whose headers carry
-its title), unless the document would then have none. Inside a section, whole blocks (paragraphs, fenced code
+so it never crosses a section boundary (but for a short leaf joined to its neighbour, below).
+A section's heading is one unit with the block after it, so it is never a chunk alone; a
+section whose own text is only its heading (and its number) gets no chunk (issue 32; before,
+only when it had subsections, whose headers carry its title), unless the document would then
+have none. Inside a section, whole blocks (paragraphs, fenced code
 blocks, tables) are packed greedily up to the budget. A block alone over budget is split at the
 next finer level that the budget allows: prose at sentences, code and tables at lines; then
 lines, then words; as the last resort inside a word (reported in ``ChunkResult.problems``).
 A chunk under ``SHORT_CHARS`` characters is then joined to the chunk before it, or else the
 one after it, in the same run of its section's own text, when the two fit the budget together
 (issue 32): packing leaves such tails ("Appendix", a label line, a code block's last brace).
+Last, a leaf section whose one chunk is that short ("See Also" and a command name) joins the
+chunk before it, or else after it, inside its parent, filed under the parent: the one case
+where a chunk holds a child's heading (spec/FORMAT.md 3.4).
 
 The budget is the embedding model's window in tokens of the *embedded text*
 (``embedded_text(header, content)``, special tokens included), counted with the model's own
@@ -141,7 +145,55 @@ def chunk_document(
         if any(doc.text[a:b].strip() for a, b in segments) and i not in skipped:
             chunker.section(i, segments)
     chunks = sorted(chunker.chunks, key=lambda c: (c.start, c.end))
-    return ChunkResult(chunks=chunks, problems=chunker.problems)
+    return ChunkResult(
+        chunks=_join_short_leaves(doc, chunks, children, chunker), problems=chunker.problems
+    )
+
+
+def _join_short_leaves(
+    doc: Document, chunks: list[Chunk], children: list[list[int]], chunker: _Chunker
+) -> list[Chunk]:
+    """A leaf section whose one chunk is under ``SHORT_CHARS`` ("See Also" and two command
+    names) joins the chunk before it, or else the one after it, when that chunk lies inside
+    the leaf's parent and the two fit the budget under the parent's header; the joined chunk's
+    section is the parent (the deepest section holding both)."""
+    per_section: dict[int, int] = {}
+    for c in chunks:
+        per_section[c.section] = per_section.get(c.section, 0) + 1
+    out = list(chunks)
+    i = 0
+    while i < len(out):
+        c = out[i]
+        leaf = doc.sections[c.section]
+        parent = leaf.parent
+        if (
+            c.end - c.start >= SHORT_CHARS
+            or c.section == 0
+            or children[c.section]
+            or per_section[c.section] != 1
+            or not 0 <= parent < len(doc.sections)
+        ):
+            i += 1
+            continue
+        lo, hi = doc.sections[parent].start, doc.sections[parent].end
+        for j, k in ((i - 1, i), (i, i + 1)):
+            if j < 0 or k >= len(out):
+                continue
+            other = out[j] if j < i else out[k]
+            if not (lo <= other.start and other.end <= hi):
+                continue
+            tokens = chunker.fits(parent, out[j].start, out[k].end)
+            if tokens is not None:
+                joined = Chunk(parent, out[j].start, out[k].end, out[j].page, tokens)
+                per_section[c.section] -= 1
+                per_section[other.section] -= 1
+                per_section[parent] = per_section.get(parent, 0) + 1
+                out[j : k + 1] = [joined]
+                i = j
+                break
+        else:
+            i += 1
+    return out
 
 
 def _children(doc: Document) -> list[list[int]]:
@@ -358,6 +410,18 @@ class _Chunker:
         return float(self.count(self.text[s:e]) - self.specials)
 
     # -- sections -------------------------------------------------------------------------
+
+    def fits(self, idx: int, s: int, e: int) -> int | None:
+        """Tokens of [s, e) embedded under section ``idx``'s header when it fits the window and
+        the character limit, else None."""
+        if self.chars_limit is not None and e - s > self.chars_limit:
+            return None
+        if self.count is None:
+            return 0
+        n = self.count(
+            embedded_text(header(self.doc.title, section_path(self.doc, idx)), self.text[s:e])
+        )
+        return n if self.window is None or n <= self.window else None
 
     def section(self, idx: int, segments: list[tuple[int, int]]) -> None:
         self.section_idx = idx

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kbpack.errors import UsageError
 from kbpack.index.chunk import (
+    SHORT_CHARS,
     Chunk,
     ChunkConfig,
     ChunkResult,
@@ -91,7 +92,20 @@ def check_invariants(doc: Document, result: ChunkResult, window: int | None) -> 
         assert c.start >= prev_end, "chunks overlap or are out of order"
         prev_end = c.end
         owned = set(own_ranges(doc, c.section))
-        assert all(p in owned for p in range(c.start, c.end)), f"{c} leaves its section"
+        if not all(p in owned for p in range(c.start, c.end)):
+            # issue 32: a short leaf subsection joined with the chunk beside it, inside the
+            # section (its parent) that the chunk is filed under
+            sec = doc.sections[c.section]
+            assert sec.start <= c.start and c.end <= sec.end, f"{c} leaves its section"
+            assert any(
+                s.parent == c.section
+                and not any(t.parent == k for t in doc.sections)
+                and len(text[s.start : s.end].strip()) < SHORT_CHARS
+                and c.start
+                <= s.start + len(text[s.start : s.end]) - len(text[s.start : s.end].lstrip())
+                and s.start + len(text[s.start : s.end].rstrip()) <= c.end
+                for k, s in enumerate(doc.sections)
+            ), f"{c} leaves its section"
         covered.update(range(c.start, c.end))
         embedded = embedded_text(header(doc.title, section_path(doc, c.section)), content)
         assert c.tokens == count(embedded)
@@ -439,3 +453,20 @@ def test_a_page_whose_own_text_is_its_title_gets_no_chunk_for_it() -> None:
     assert contents(doc, result) == ["# 1. Summary\n\nAvoid AUTOINCREMENT."]
     assert 0 in title_only_sections(doc)
     check_invariants(doc, result, 256)
+
+
+def test_a_short_leaf_section_joins_the_chunk_before_it_under_their_parent() -> None:
+    """PostgreSQL's reference pages end with "See Also" and a command name or two: the leaf
+    joins the chunk before it inside the same page, filed under the page (their parent); a
+    leaf with no chunk beside it inside its parent stays as it is."""
+    body = "pg_dump is a utility for backing up a PostgreSQL database, even while it is in use."
+    text = f"# pg_dump\n\n## Description\n\n{body}\n\n## See Also\n\npg_restore, psql"
+    doc = make_doc(text)
+    result = chunk_document(doc, count, ChunkConfig(window=256))
+    assert contents(doc, result) == [f"## Description\n\n{body}\n\n## See Also\n\npg_restore, psql"]
+    assert section_path(doc, result.chunks[0].section) == ["pg_dump"]
+    check_invariants(doc, result, 256)
+    # too long together for the window: each keeps its own chunk and section
+    result = chunk_document(doc, count, ChunkConfig(window=30))
+    assert contents(doc, result)[-1] == "## See Also\n\npg_restore, psql"
+    assert section_path(doc, result.chunks[-1].section) == ["pg_dump", "See Also"]
