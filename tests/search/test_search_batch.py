@@ -63,11 +63,8 @@ def exact(resp: object) -> str:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import build_tiny_gguf
-
-    out = tmp_path_factory.mktemp("wide") / "wide.gguf"
-    return build_tiny_gguf(out, name="tiny-wide", window=256)
+def model(wide_model: Path) -> Path:
+    return wide_model  # conftest's session model
 
 
 def build(root: Path, docs: dict[str, str], model: Path) -> Path:
