@@ -169,6 +169,25 @@ def signature_options(
 # --- searching and answering -----------------------------------------------------------------
 
 
+def ivf_options() -> Any:
+    """``--exact`` and ``--probe N``: how a pack with an approximate (IVF) index is searched
+    (query, serve, mcp)."""
+    return stacked(
+        flag(
+            "--exact",
+            help="Scan every vector even where the pack has an approximate (IVF) index "
+            "(docs/scaling.md).",
+        ),
+        click.option(
+            "--probe",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Lists of the pack's IVF index a query reads (default: the pack's, a tenth of "
+            "its lists).",
+        ),
+    )
+
+
 def k_option(help: str, default: int = 5) -> Any:
     return counted("-k", "k", default=default, help=help)
 

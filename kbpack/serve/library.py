@@ -225,8 +225,12 @@ class Library:
         policy: SignaturePolicy | None = None,
         embed_together: bool = False,
         vector_memory_mb: int = VECTOR_MEMORY_MB,
+        exact: bool = False,
+        probe: int | None = None,
     ) -> None:
         """``embed_together``: a batch's queries embedded in one call (``Batches``).
+        ``exact`` / ``probe``: how packs with an approximate (IVF) index are searched, as
+        ``kbpack query --exact/--probe`` (``Searcher.use_ivf``).
         ``vector_memory_mb``: how much memory float32 copies of the packs' vectors may take,
         for batches to multiply with BLAS (4 bytes per number of every chunk and piece vector;
         a pack that does not fit, or 0, is scanned from its stored float16 rows)."""
@@ -241,6 +245,7 @@ class Library:
         self._load_model = load_model
         self._policy = policy or SignaturePolicy()  # default: the trusted keys configured
         self._together = embed_together
+        self._ivf = (exact, probe)
         self.vector_memory = Float32Budget(vector_memory_mb << 20)
         self.packs: dict[str, Served] = {}
         self.federated: Searcher | None = None  # over every pack, when several are served
@@ -288,6 +293,7 @@ class Library:
                 [reader], model=self._model, load_model=self._load_model, shared=self._embedders
             )
             searcher.prepare()
+            searcher.use_ivf(*self._ivf)
             vectors = getattr(searcher.corpus, "vectors", None)
             if isinstance(vectors, PackVectors):  # (the set's searcher reuses these corpora)
                 vectors.float32_budget = self.vector_memory

@@ -15,6 +15,7 @@ from kbpack.cli.options import (
     chosen,
     counted,
     flag,
+    ivf_options,
     json_option,
     k_option,
     model_option,
@@ -108,17 +109,7 @@ class QueryCommand(click.Command):
     help="Read queries from FILE (- for stdin): one per line, text or JSON {id, query}.",
 )
 @flag("--full", help="Print whole quotes (default: cut at 600 characters).")
-@click.option(
-    "--exact",
-    is_flag=True,
-    help="Scan every vector even where the pack has an approximate (IVF) index (docs/scaling.md).",
-)
-@click.option(
-    "--probe",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Lists of the pack's IVF index a query reads (default: the pack's, a tenth of its lists).",
-)
+@ivf_options()
 @threads_option()
 @json_option()
 @quiet_option()

@@ -15,6 +15,7 @@ from kbpack.cli.commands.common import say as echo
 from kbpack.cli.options import (
     counted,
     flag,
+    ivf_options,
     json_option,
     llm_options,
     model_option,
@@ -44,6 +45,7 @@ def serving_options(f: Any) -> Any:
             "first three steps: bytes, signature, structure); only then is it labelled verified.",
         ),
         model_option("Query-side GGUF model (must be the packs' model)."),
+        ivf_options(),
         counted(
             "--vector-memory",
             default=VECTOR_MEMORY_MB,
@@ -95,6 +97,8 @@ def open_library(packs: tuple[Path, ...], kw: dict[str, Any], on_progress: Any =
         on_progress=on_progress,
         policy=policy,
         vector_memory_mb=kw["vector_memory"],
+        exact=kw["exact"],
+        probe=kw["probe"],
     )
 
 
