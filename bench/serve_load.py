@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -100,14 +101,18 @@ def load(
                 with lock:
                     (lat.append(dt) if ok else errors.append(why))
 
+    return summary(lat, errors, run_clients(client, clients))
+
+
+def run_clients(client: Callable[[int], None], clients: int) -> float:
+    """Run ``client(0..clients-1)`` in threads at once; the wall seconds until all are done."""
     start = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
-    return summary(lat, errors, wall)
+    return time.perf_counter() - start
 
 
 def summary(lat: list[float], errors: list[str], wall: float) -> dict[str, Any]:
@@ -246,13 +251,7 @@ def batched_run(
                     lat.append(time.perf_counter() - t)
                 n += clients
 
-        start = time.perf_counter()
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        wall = time.perf_counter() - start
+        wall = run_clients(client, clients)
         b = lib.get(None).batches
         out = summary(lat, [], wall)
         out["mean_batch"] = round(b.requests / b.batches, 2) if b.batches else None
