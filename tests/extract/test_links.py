@@ -6,7 +6,6 @@ valid as before; the reader renders them as links."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -18,11 +17,9 @@ from cli_run import run
 from kbpack.extract import extract_file
 from kbpack.extract.html import extract_html, extract_links, link_target
 from kbpack.pack import format as F
-from kbpack.pack.digest import numeric_digest
-from kbpack.pack.manifest import read_header
 from kbpack.pack.read import PackReader
 from kbpack.verify.pipeline import verify_pack
-from tests.fixture_pack import restamp
+from tests.fixture_pack import rewritten
 from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -147,17 +144,6 @@ def test_link_target(href: str, name: str, want: tuple[str, str] | None) -> None
     assert link_target(href, name) == want
 
 
-def _restamped(pack: Path, tmp_path: Path, path: str, values: np.ndarray) -> Path:
-    bad = tmp_path / "bad.kbpack"
-    shutil.copyfile(pack, bad)
-    with h5py.File(bad, "r+") as h:
-        h[path][...] = values
-    elements = json.loads(read_header(bad).manifest_bytes)["elements"]
-    elements[path] = numeric_digest(values)
-    restamp(bad, elements=elements)
-    return bad
-
-
 def test_a_changed_link_fails_verify(pack: Path, tmp_path: Path) -> None:
     with h5py.File(pack, "r") as h:
         target = h[F.LINK_TARGET][()]
@@ -179,7 +165,7 @@ def test_a_changed_link_fails_verify(pack: Path, tmp_path: Path) -> None:
         F.LINK_FROM: (np.where(np.arange(len(start)) == 1, start[0], start).astype("<i8"), "link-order"),
     }  # fmt: skip
     for path, (values, code) in cases.items():
-        bad = _restamped(pack, tmp_path, path, values)
+        bad = rewritten(pack, tmp_path / "bad.kbpack", path, values)
         codes = {f.code for f in verify_pack(bad).findings}
         assert code in codes, (path, codes)
 

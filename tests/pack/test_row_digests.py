@@ -4,21 +4,18 @@ damaged row; verify re-computes every row digest; packs without them read as bef
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pytest
 from cli_run import run
 
 from kbpack.pack import format as F
-from kbpack.pack.digest import numeric_digest, row_digests
-from kbpack.pack.manifest import read_header
+from kbpack.pack.digest import row_digests
 from kbpack.pack.read import PackReader
 from kbpack.verify.pipeline import verify_pack
-from tests.fixture_pack import restamp
+from tests.fixture_pack import rewritten
 from tests.paths import REPO_ROOT
 
 DOCS = {
@@ -84,19 +81,6 @@ def test_a_flipped_section_title_is_never_shown(pack: Path, tmp_path: Path) -> N
     assert "differs from its row digest" in lines[0]
 
 
-def _restamped_with(pack: Path, tmp_path: Path, path: str, values: np.ndarray) -> Path:
-    """``path`` rewritten to ``values`` with the manifest's digests restamped to match: only
-    the row-digest invariant can tell."""
-    bad = tmp_path / "rows.kbpack"
-    shutil.copyfile(pack, bad)
-    with h5py.File(bad, "r+") as h:
-        h[path][...] = values
-    elements = json.loads(read_header(bad).manifest_bytes)["elements"]
-    elements[path] = numeric_digest(values)
-    restamp(bad, elements=elements)
-    return bad
-
-
 def test_verify_recomputes_every_row_digest(pack: Path, tmp_path: Path) -> None:
     assert verify_pack(pack).findings == []
     with h5py.File(pack, "r") as h:
@@ -105,7 +89,7 @@ def test_verify_recomputes_every_row_digest(pack: Path, tmp_path: Path) -> None:
     assert (stored == row_digests(titles)).all()
     wrong = stored.copy()
     wrong[1] ^= 1
-    bad = _restamped_with(pack, tmp_path, F.ROW_SEC_TITLE, wrong)
+    bad = rewritten(pack, tmp_path / "rows.kbpack", F.ROW_SEC_TITLE, wrong)
     found = {(f.code, f.path) for f in verify_pack(bad).findings}
     assert found == {("row-digests", F.ROW_SEC_TITLE)}
     # a reader trusting that digest refuses the (intact) title rather than show it unchecked
