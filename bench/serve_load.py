@@ -154,8 +154,8 @@ def serve_run(
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
         base = f"http://127.0.0.1:{info['port']}"
-        # warm-up: first requests, thread pool, and the batches' float32 copies (made in a
-        # thread on the first batch: 2-6 s at 100k chunks with pieces here)
+        # warm-up: first requests, thread pool, and the batches' bfloat16 copies (made in a
+        # thread on the first batch: ~1 s at 100k chunks with pieces here)
         load(base, texts[:8], mode, 8, 8.0, 400, None)
         out = load(base, texts, mode, clients, args.seconds, args.max_requests, None)
         out["peak_rss_mb"] = peak_rss_mb(proc.pid)
@@ -221,7 +221,7 @@ def batched_run(
     vector_memory_mb: int = 1024,
 ) -> dict[str, Any]:
     """In-process, no HTTP: ``clients`` threads calling ``Library.search`` (the server's
-    batches) for ``seconds``: what batching buys without the HTTP layer's cost. The float32
+    batches) for ``seconds``: what batching buys without the HTTP layer's cost. The bfloat16
     copies (``vector_memory_mb``; 0: none, the float16 batch scan) are made before the clock
     starts (a server makes them on its first batch)."""
     from kbpack.serve.library import Library
@@ -265,7 +265,7 @@ def interleaved(
 ) -> dict[str, Any]:
     """``--rounds``: on a machine whose load changes by the second, the library peer and the
     in-process batches alternate in short windows, round after round; each round's ratio
-    compares windows seconds apart. Batches: each query embedded alone with float32 copies of
+    compares windows seconds apart. Batches: each query embedded alone with bfloat16 copies of
     the vectors (the server's default), alone with the float16 scan (``--vector-memory 0``),
     and embedded together with the copies."""
     out: dict[str, Any] = {}
@@ -350,7 +350,7 @@ def main() -> int:
         "--rounds", type=int, default=0, help="only the in-process comparison, interleaved"
     )
     ap.add_argument(
-        "--vector-memory", type=int, default=1024, help="MB of float32 copies (serve's option)"
+        "--vector-memory", type=int, default=1024, help="MB of bfloat16 copies (serve's option)"
     )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-requests", type=int, default=20000)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -215,8 +215,16 @@ class StoredRows:
     def scan_parts(self, kernel: Kernel, out: np.ndarray | None = None) -> np.ndarray:
         """``(rows, kernel.parts)`` float32: ``kernel`` applied to every row, block by block
         (into ``out`` where given)."""
-        n, dims = self.shape
+        n = self.shape[0]
         parts = np.empty((n, kernel.parts), np.float32) if out is None else out  # type: ignore[attr-defined]
+        for first, rows in self.blocks():
+            kernel(rows, parts[first : first + rows.shape[0]])
+        return parts
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, float16 rows) of every block, in order: the mapped chunks where mapped
+        (each valid until the next is taken), else blocks read through HDF5."""
+        n, dims = self.shape
         if self._blocks is not None:
             aligned = None
             for first, view in self._blocks:
@@ -229,13 +237,11 @@ class StoredRows:
                     block = aligned[: view.shape[0]]
                     np.copyto(block, view)
                     view = block
-                kernel(view, parts[first : first + view.shape[0]])
+                yield first, view
         else:
             step = max(1, BLOCK_BYTES // max(1, dims * 2))
             for at in range(0, n, step):
-                rows = np.asarray(self.checked[at : at + step], dtype=FLOAT16)
-                kernel(rows, parts[at : at + rows.shape[0]])
-        return parts
+                yield at, np.asarray(self.checked[at : at + step], dtype=FLOAT16)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Float32 vectors of ``ids`` as the scan reads them: from the mapped bytes (no checksum,
@@ -361,86 +367,117 @@ def scan_rounded_many(
     return out, errors
 
 
-BATCH_WIDTH = 8  # queries a float32 batch pass multiplies at once, padded with zero columns
-# rows per matrix product: a block (192 KiB at 384 dims) stays in a core's cache, and a product
-# this small runs on the calling thread. OpenBLAS's threads lose on a busy machine: 404k rows x
-# 8 queries took 0.19-0.24 s in blocks of 128 rows, 0.26-0.33 s in 256, 1.6-9.7 s in 512 and
-# 0.5-0.6 s as one product (2 cores, load 10; bench/RESULTS.md "Serve in batches")
-BLOCK_ROWS = 128
+BF16_ROWS = 32768  # rows converted (and scored) at a time: 24 MiB of bfloat16 at 384 dims
 
 
-def float32_error(q: np.ndarray) -> float:
-    """A bound on ``|s - x|``, ``s`` a float32 ``row . q`` as ``Float32Rows`` computes it (BLAS,
-    any order) and ``x`` the exact re-score's (``kbpack/search/dense.py``, another order), for
-    every row of norm <= 1 + tolerance: each errs by at most ``gamma(dims) |row| |q|``
-    (Higham), plus a few units in the last place for the piece blend's own rounding."""
-    q = np.asarray(q, dtype=np.float64)
-    nu = q.size * 2.0**-24
-    gamma = nu / (1.0 - nu)
-    return float(2.0 * gamma * (1.0 + NORM_TOLERANCE) * np.linalg.norm(q) + 16 * 2.0**-24)
+def to_bf16(values: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) of float32 ``values``, rounded to nearest, ties to even (the
+    upper half of the float32 bits, rounded). Finite values only (callers check)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return ((bits + rounding) >> np.uint32(16)).astype(np.uint16)
 
 
-class Float32Rows:
-    """A float32 copy of a vector dataset, held in memory (4 bytes per number: 1.5 KiB a
-    384-dimension vector), that a batch of queries is multiplied with in one BLAS matrix
-    product: what a server's batches scan (``kbpack.serve.library``) when its memory budget
-    allows. numpy's float16 -> float32 conversion (~2-6 ns a number) is paid once, here,
-    instead of once per (row, query) pair as simsimd's kernel does.
+def from_bf16(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 bits (exact: bfloat16 is float32's upper half)."""
+    return (np.asarray(bits, dtype=np.uint32) << np.uint32(16)).view(np.float32)
 
-    The queries go in ``BATCH_WIDTH`` columns at a time, the unused ones zero, against
-    ``BLOCK_ROWS`` rows at a time: the products have the same shapes whatever the batch, so
-    OpenBLAS splits and orders them the same way whatever the other columns hold, and a
-    query's scores are the same bits alone or in any batch
-    (tests/pack/test_vector_scan.py). They are not simsimd's bits: the scores differ from the
-    one-query scan's in the last places, within ``float32_error``; a search re-scores its top
-    exactly, from the stored rows, so what it returns does not depend on which scan ran."""
 
-    def __init__(self, rows: np.ndarray | StoredRows) -> None:
-        n, dims = rows.shape if isinstance(rows, StoredRows) else np.asarray(rows).shape
-        self.shape: tuple[int, int] = (int(n), int(dims))
-        self.matrix = np.empty(self.shape, np.float32)
+def _norms(values: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.einsum("ij,ij->i", values, values))
+
+
+class Bf16Rows:
+    """A bfloat16 copy of a vector dataset held in memory (2 bytes a number), that a batch of
+    queries is scored against: what a server's batches scan (``kbpack.serve.library``) when its
+    ``--vector-memory`` allows.
+
+    Why bfloat16: simsimd's bfloat16 dot product (AVX-512 BF16 where the CPU has it) scores a
+    (row, query) pair ~3x faster than its float16 one, which converts every number first (404k
+    rows: 8.6 vs 25 ms a query, bench/RESULTS.md "Serve in batches"), for the same bytes; a
+    float32 copy is multiplied with a whole batch at once by BLAS but reads 4 bytes a number
+    for every batch (~90 ms for any batch of up to 8 here). The estimates are only a filter:
+    ``bf16_error`` bounds their distance from the exact float32 re-score, and
+    ``DenseScores.top`` re-scores every row within twice that bound of the n-th best
+    (``kbpack/search/dense.py``), so what a search returns is ``kbpack query``'s, bit for bit.
+    simsimd scores each pair on its own, so a query's estimates are also the same bits alone
+    or in any batch (tests/pack/test_vector_scan.py).
+
+    ``residual``: the largest ``|x - bf16(x)|`` over the rows, and ``norm`` the largest
+    ``|bf16(x)|`` (each rounded up), measured when the copy is made: the bound uses them."""
+
+    def __init__(self, bits: np.ndarray, residual: float, norm: float) -> None:
+        self.bits = bits
+        self.residual = residual
+        self.norm = norm
+        self.shape: tuple[int, int] = (int(bits.shape[0]), int(bits.shape[1]))
+
+    @classmethod
+    def of(cls, rows: np.ndarray | StoredRows) -> Bf16Rows | None:
+        """The copy of ``rows`` (a pack's stored rows or a matrix), or None when a row is not
+        finite: the stored-row scan then meets it and says which (``PackVectors._finite``)."""
+        n, dims = rows.shape
+        bits = np.empty((n, dims), np.uint16)
+        residual = norm = 0.0
         if isinstance(rows, StoredRows):
-
-            def convert(block: np.ndarray, out: np.ndarray) -> np.ndarray:
-                out[:] = block
-                return out
-
-            convert.parts = dims  # type: ignore[attr-defined]
-            rows.scan_parts(convert, self.matrix)
+            blocks: Iterator[tuple[int, np.ndarray]] = rows.blocks()
         else:
-            self.matrix[:] = np.asarray(rows)
+            blocks = ((at, rows[at : at + BF16_ROWS]) for at in range(0, n, BF16_ROWS))
+        for first, block in blocks:
+            x = np.asarray(block, dtype=np.float32)
+            if not np.isfinite(x).all():
+                return None
+            b = to_bf16(x)
+            bits[first : first + len(b)] = b
+            rounded = from_bf16(b).astype(np.float64)
+            if len(b):
+                residual = max(residual, float(_norms(x.astype(np.float64) - rounded).max()))
+                norm = max(norm, float(_norms(rounded).max()))
+        up = 1.0 + 1e-9  # the float64 sums' own rounding, upward
+        return cls(bits, residual * up, norm * up)
 
     @staticmethod
     def nbytes(rows: np.ndarray | StoredRows) -> int:
-        n, dims = rows.shape if isinstance(rows, StoredRows) else np.asarray(rows).shape
-        return int(n) * int(dims) * 4
+        n, dims = rows.shape
+        return int(n) * int(dims) * 2
 
     def __len__(self) -> int:
         return self.shape[0]
 
+    def bound(self, q: np.ndarray, q16: np.ndarray) -> float:
+        """A bound on ``|s - r|`` for every row ``x`` of the copy: ``s`` the estimate of
+        ``x . q`` (``xb . qb``, bfloat16 rows and query, float32 sums in any order) and ``r``
+        the exact re-score (``row_dots``, float32). With ``xb``, ``qb`` the rounded vectors:
+        ``x . q - xb . qb = (x - xb) . q + xb . (q - qb)``, at most ``residual |q| + norm
+        |q - qb|`` (Cauchy-Schwarz); each float32 sum of ``dims`` products errs by at most
+        ``gamma(dims)`` times the product of the norms (Higham; bfloat16 products are exact in
+        float32), the stored row's norm at most 1 + tolerance (verify checks it); and a few
+        units in the last place for the piece blend's own rounding."""
+        q64 = np.asarray(q, dtype=np.float64)
+        qn = float(np.linalg.norm(q64))
+        dq = float(np.linalg.norm(q64 - from_bf16(q16).astype(np.float64)))
+        nu = 2.0 * q64.size * 2.0**-24  # (doubled: kernels that sum pairs before accumulating)
+        gamma = nu / (1.0 - nu)
+        sums = gamma * (self.norm * (qn + dq) + (1.0 + NORM_TOLERANCE) * qn)
+        return (self.residual * qn + self.norm * dq + sums) * (1.0 + 1e-6) + 16 * 2.0**-24
+
     def scan_many(self, queries: np.ndarray) -> tuple[np.ndarray, list[float]]:
-        """``(rows, B)`` float32 ``row . q`` for each row of ``queries`` (B, dims), and each
-        query's ``float32_error``."""
+        """``(rows, B)`` float32 estimates of ``row . q`` for each row of ``queries`` (B, dims),
+        and each query's ``bound``."""
         queries = np.asarray(queries, dtype=np.float32)
-        n, dims = self.shape
-        b = len(queries)
-        width = -(-b // BATCH_WIDTH) * BATCH_WIDTH
-        padded = np.zeros((dims, width), np.float32)
-        padded[:, :b] = queries.T
-        columns = [
-            np.ascontiguousarray(padded[:, at : at + BATCH_WIDTH])
-            for at in range(0, width, BATCH_WIDTH)
-        ]
-        out = np.empty((n, width), np.float32)
-        block = np.empty((BLOCK_ROWS, BATCH_WIDTH), np.float32)  # contiguous: BLAS writes it
-        # each block of rows is read from memory once for the whole batch, then stays in cache
-        # for each further BATCH_WIDTH queries
-        for first in range(0, n, BLOCK_ROWS):
-            rows = self.matrix[first : first + BLOCK_ROWS]
-            m = rows.shape[0]
-            for at, cols in zip(range(0, width, BATCH_WIDTH), columns, strict=True):
-                out[first : first + m, at : at + BATCH_WIDTH] = np.matmul(rows, cols, out=block[:m])
-        return out[:, :b], [float32_error(q) for q in queries]
+        q16 = to_bf16(queries)
+        out = np.empty((self.shape[0], len(queries)), np.float32)
+        simsimd = simsimd_module()
+        q32 = from_bf16(q16).T
+        for at in range(0, self.shape[0], BF16_ROWS):
+            block = self.bits[at : at + BF16_ROWS]
+            if simsimd is not None:
+                # (not out=: see simsimd_kernel)
+                got = simsimd.cdist(block, q16, metric="dot", dtype="bf16", out_dtype="float32")
+                out[at : at + len(block)] = np.asarray(got)
+            else:
+                out[at : at + len(block)] = from_bf16(block) @ q32
+        return out, [self.bound(q, b) for q, b in zip(queries, q16, strict=True)]
 
 
 def rows_of(rows: np.ndarray | StoredRows, ids: np.ndarray) -> np.ndarray:

@@ -10,9 +10,10 @@ sentence must not make an off-topic chunk look closer than it is.
 
 Vectors are scanned as stored, float16, block by block (``kbpack/pack/vector_scan.py``): a query
 never holds the chunk vectors or the pieces (~4x as many) as a float32 matrix. A server's
-batches may (``Float32Rows``, within ``kbpack serve --vector-memory``): other rounded scores,
-the same top and the same exact scores, since every score a search returns is re-scored by
-``row_dots``, whose result for a row does not depend on the rows re-scored with it.
+batches scan a bfloat16 copy instead where it has one (``Bf16Rows``, within ``kbpack serve
+--vector-memory``): other rounded scores and a wider bound, the same top and the same exact
+scores, since every score a search returns is re-scored by ``row_dots``, whose result for a
+row does not depend on the rows re-scored with it.
 
 A query scans every row once, against the query rounded to float16 (``scan_rounded``): each
 score is then within a bound ``error`` of the float32 reference's (``rounding_error``, ~3e-4 for
@@ -30,7 +31,7 @@ import numpy as np
 
 from kbpack.pack.format import PIECE_WEIGHT as PIECE_WEIGHT
 from kbpack.pack.vector_scan import (
-    Float32Rows,
+    Bf16Rows,
     StoredRows,
     rows_of,
     scan,
@@ -100,23 +101,23 @@ def rounded_chunk_scores_many(
     chunk_vectors: np.ndarray | StoredRows,
     queries: np.ndarray,
     pieces: PieceIndex | None,
-    float32: tuple[Float32Rows, Float32Rows | None] | None = None,
+    copies: tuple[Bf16Rows, Bf16Rows | None] | None = None,
 ) -> list[DenseScores]:
     """``rounded_chunk_scores`` of each row of ``queries`` (B, dims), the same bits, from one
     pass over the rows for the whole batch (``scan_rounded_many``); what a server's batch of
-    concurrent queries scans. ``float32``: in-memory float32 copies of the chunk and piece
-    vectors (``Float32Rows``), multiplied with the batch by BLAS instead: other bits in the
-    rounded scores (within ``float32_error``), the same top and the same exact scores."""
+    concurrent queries scans. ``copies``: in-memory bfloat16 copies of the chunk and piece
+    vectors (``Bf16Rows``), scanned instead: other bits in the rounded scores (within
+    ``Bf16Rows.bound``), the same top and the same exact scores."""
     queries = np.asarray(queries, dtype=np.float32)
     with_pieces = pieces is not None and pieces.owners.size > 0
-    if float32 is not None:
-        cos_all, errors = float32[0].scan_many(queries)
+    if copies is not None:
+        cos_all, errors = copies[0].scan_many(queries)
     else:
         cos_all, errors = scan_rounded_many(chunk_vectors, queries)
     if with_pieces:
         assert pieces is not None
-        if float32 is not None and float32[1] is not None:
-            piece_all, piece_errors = float32[1].scan_many(queries)
+        if copies is not None and copies[1] is not None:
+            piece_all, piece_errors = copies[1].scan_many(queries)
         else:
             piece_all, piece_errors = scan_rounded_many(pieces.vectors, queries)
     # the blend on the whole (rows, B) matrix at once: the same element-wise operations on the

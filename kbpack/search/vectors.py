@@ -17,7 +17,7 @@ import numpy as np
 from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.read import DamagedDataError, PackReader
-from kbpack.pack.vector_scan import Float32Rows
+from kbpack.pack.vector_scan import Bf16Rows
 from kbpack.search.dense import (
     DenseScores,
     PieceIndex,
@@ -28,8 +28,8 @@ from kbpack.search.dense import (
 from kbpack.search.ivf import ProbedScores, ivf_dense_scores
 
 
-class Float32Budget:
-    """How many bytes of float32 vector copies (``Float32Rows``) a server's packs may hold
+class CopyBudget:
+    """How many bytes of in-memory vector copies (``Bf16Rows``) a server's packs may hold
     together: each pack takes its share on its first batch and gives it back when dropped."""
 
     def __init__(self, limit: int) -> None:
@@ -62,11 +62,11 @@ class PackVectors:
         self.exact = False
         self.probe: int | None = None
         self._centroids: np.ndarray | None = None
-        # a server's budget for float32 copies that its batches multiply (None: never copy)
-        self.float32_budget: Float32Budget | None = None
-        self._float32: tuple[Float32Rows, Float32Rows | None] | bool | None = None
-        self._float32_lock = threading.Lock()
-        self.float32_wait = False
+        # a server's budget for the bfloat16 copies its batches scan (None: never copy)
+        self.copy_budget: CopyBudget | None = None
+        self._copies: tuple[Bf16Rows, Bf16Rows | None] | bool | None = None
+        self._copies_lock = threading.Lock()
+        self.copies_wait = False
 
     def use_ivf(self, exact: bool, probe: int | None) -> None:
         if probe is not None and probe < 1:
@@ -134,54 +134,55 @@ class PackVectors:
         if not self.exact and self.r.ivf_index() is not None:
             return [self.scores(q) for q in queries]
         stored = self.stored(queries.shape[-1])
-        float32 = self.float32_rows(stored) if len(queries) > 1 else None
-        parts = rounded_chunk_scores_many(stored, queries, self.pieces(), float32)
+        parts = rounded_chunk_scores_many(stored, queries, self.pieces(), self.copies(stored))
         return [self._finite(d) for d in parts]
 
-    def make_float32(self) -> bool:
-        """Make the float32 copies now, waiting for them (a bench, or a caller that would
+    def make_copies(self) -> bool:
+        """Make the bfloat16 copies now, waiting for them (a bench, or a caller that would
         rather pay at start than on the first batch); whether they were made."""
-        if self.float32_budget is None or not self.r.has_vectors:
+        if self.copy_budget is None or not self.r.has_vectors:
             return False
-        self.float32_wait = True
+        self.copies_wait = True
         stored = self.r.stored_rows(F.VEC_DATA)
-        return self.float32_rows(self.stored(stored.shape[1])) is not None
+        return self.copies(self.stored(stored.shape[1])) is not None
 
-    def float32_rows(self, stored: Any) -> tuple[Float32Rows, Float32Rows | None] | None:
-        """Float32 copies of the chunk and piece vectors when the budget has room for both (4
+    def copies(self, stored: Any) -> tuple[Bf16Rows, Bf16Rows | None] | None:
+        """Bfloat16 copies of the chunk and piece vectors when the budget has room for both (2
         bytes per number), else None: batches scan the stored float16 rows
-        (``scan_rounded_many``). The first batch starts the copy in a thread (2-6 s at 100k
-        chunks with pieces on a busy machine) and batches scan float16 until it is done, so no
-        request waits for it; ``float32_wait``: the first batch waits instead (tests)."""
-        if self.float32_budget is None:
+        (``scan_rounded_many``). The first batch starts the copy in a thread (~1 s at 100k
+        chunks with pieces) and batches scan float16 until it is done, so no request waits
+        for it; ``copies_wait``: the first batch waits instead (tests). A pack with a vector
+        that is not finite gets no copy (its float16 scan says which)."""
+        if self.copy_budget is None:
             return None
-        with self._float32_lock:
-            start = self._float32 is None
+        with self._copies_lock:
+            start = self._copies is None
             if start:
                 pieces = self.pieces()
                 piece_rows = pieces.vectors if pieces is not None and pieces.owners.size else None
-                need = Float32Rows.nbytes(stored)
+                need = Bf16Rows.nbytes(stored)
                 if piece_rows is not None:
-                    need += Float32Rows.nbytes(piece_rows)
-                budget = self.float32_budget
-                self._float32 = budget.take(need)  # True: being made; False: no room
-                if self._float32:
-                    weakref.finalize(self, budget.give, need)
-        if start and self._float32:
+                    need += Bf16Rows.nbytes(piece_rows)
+                budget = self.copy_budget
+                self._copies = budget.take(need)  # True: being made; False: no room
+                if self._copies:
+                    give_back = weakref.finalize(self, budget.give, need)
+        if start and self._copies:
 
             def make() -> None:
-                copies = (
-                    Float32Rows(stored),
-                    None if piece_rows is None else Float32Rows(piece_rows),
-                )
-                with self._float32_lock:
-                    self._float32 = copies
+                chunks = Bf16Rows.of(stored)
+                piece_copy = None if piece_rows is None else Bf16Rows.of(piece_rows)
+                made = chunks is not None and (piece_rows is None or piece_copy is not None)
+                if not made:
+                    give_back()  # (once: a finalizer runs at most once)
+                with self._copies_lock:
+                    self._copies = (chunks, piece_copy) if made else False  # type: ignore[assignment]
 
-            if self.float32_wait:
+            if self.copies_wait:
                 make()
             else:
-                threading.Thread(target=make, daemon=True, name="kbpack-float32").start()
-        got = self._float32
+                threading.Thread(target=make, daemon=True, name="kbpack-copies").start()
+        got = self._copies
         return got if isinstance(got, tuple) else None
 
     def checked(self, q: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,10 +4,10 @@ batches that let concurrent requests share the work.
 Concurrent searches of one searcher (a pack, or every pack as one) are answered in batches
 (``Batches``): a request joins the queue; whatever is queued while a batch runs becomes the
 next batch, run by ``Searcher.search_many`` -- each query embedded alone, in its caller's
-thread while the batch before it runs (one call for all with ``embed_together``), one pass over the vectors for all: a BLAS matrix product with float32
-copies of the vectors where ``vector_memory_mb`` allows (``Float32Rows``), else a float16
-scan. Either way each request's answer is the one it gets alone, bit for bit, and the one
-``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a ``Searcher`` keeps no per-query state, its
+thread while the batch before it runs (one call for all with ``embed_together``), one pass
+over the vectors for all: a bfloat16 copy of the vectors where ``vector_memory_mb`` allows
+(``Bf16Rows``), else the stored float16 rows. Either way each request's answer is the one it
+gets alone, bit for bit, and the one ``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a ``Searcher`` keeps no per-query state, its
 lazy reads are guarded where they are made, a llama.cpp context (not thread-safe) is wrapped
 so its calls run one at a time (``SerialEmbedder``), and h5py serialises its own calls.
 """
@@ -35,15 +35,15 @@ from kbpack.pack.sign import SignaturePolicy
 from kbpack.search.assemble import SerialEmbedder as SerialEmbedder
 from kbpack.search.assemble import assemble
 from kbpack.search.searcher import MODES, Searcher, SearchRequest, SearchResponse
-from kbpack.search.vectors import Float32Budget, PackVectors
+from kbpack.search.vectors import CopyBudget, PackVectors
 from kbpack.text.document import Page
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
-# float32 copies of the vectors that batches multiply (``Float32Rows``): at most this much for
-# all the packs served (kbpack serve --vector-memory); none by default: at 8 clients the float16
-# batches ran as fast (bench/RESULTS.md "Serve in batches"), and a 100k pack's copy is ~600 MB
-VECTOR_MEMORY_MB = 0
+# bfloat16 copies of the vectors that batches scan (``Bf16Rows``): at most this much for all the
+# packs served (kbpack serve --vector-memory): 2 bytes a number, 296 MiB for a 100k-chunk pack
+# with its 304k pieces, whose batches it makes ~1.8x faster (bench/RESULTS.md "Serve in batches")
+VECTOR_MEMORY_MB = 1024
 
 
 class Batches:
@@ -231,9 +231,9 @@ class Library:
         """``embed_together``: a batch's queries embedded in one call (``Batches``).
         ``exact`` / ``probe``: how packs with an approximate (IVF) index are searched, as
         ``kbpack query --exact/--probe`` (``Searcher.use_ivf``).
-        ``vector_memory_mb``: how much memory float32 copies of the packs' vectors may take,
-        for batches to multiply with BLAS (4 bytes per number of every chunk and piece vector;
-        a pack that does not fit, or 0, is scanned from its stored float16 rows)."""
+        ``vector_memory_mb``: how much memory bfloat16 copies of the packs' vectors may take,
+        for batches to scan (2 bytes per number of every chunk and piece vector; a pack that
+        does not fit, or 0, is scanned from its stored float16 rows)."""
         if vector_memory_mb < 0:
             raise UsageError(f"--vector-memory {vector_memory_mb}: give megabytes, 0 or more")
         if not paths:
@@ -246,7 +246,7 @@ class Library:
         self._policy = policy or SignaturePolicy()  # default: the trusted keys configured
         self._together = embed_together
         self._ivf = (exact, probe)
-        self.vector_memory = Float32Budget(vector_memory_mb << 20)
+        self.vector_memory = CopyBudget(vector_memory_mb << 20)
         self.packs: dict[str, Served] = {}
         self.federated: Searcher | None = None  # over every pack, when several are served
         self._federated_batches: Batches | None = None
@@ -266,12 +266,12 @@ class Library:
             raise
 
     def make_vector_copies(self) -> int:
-        """Make every pack's float32 copies now (``--vector-memory``), instead of on its first
+        """Make every pack's bfloat16 copies now (``--vector-memory``), instead of on its first
         batch; how many packs have them."""
         made = 0
         for p in self.packs.values():
             vectors = getattr(p.searcher.corpus, "vectors", None)
-            made += isinstance(vectors, PackVectors) and vectors.make_float32()
+            made += isinstance(vectors, PackVectors) and vectors.make_copies()
         return made
 
     def _open(self, path: Path) -> tuple[PackReader, Searcher, dict[str, Any]]:
@@ -296,7 +296,7 @@ class Library:
             searcher.use_ivf(*self._ivf)
             vectors = getattr(searcher.corpus, "vectors", None)
             if isinstance(vectors, PackVectors):  # (the set's searcher reuses these corpora)
-                vectors.float32_budget = self.vector_memory
+                vectors.copy_budget = self.vector_memory
         except BaseException:
             reader.close()
             raise

@@ -169,11 +169,11 @@ def served(r: object) -> str:
 
 
 @pytest.mark.parametrize("memory_mb", [1024, 0])
-def test_server_batches_answer_as_kbpack_query_with_and_without_float32_copies(
+def test_server_batches_answer_as_kbpack_query_with_and_without_bf16_copies(
     packs: tuple[Path, Path], model: Path, memory_mb: int
 ) -> None:
-    """The server's batches multiply float32 copies of the vectors (``--vector-memory``, where
-    they fit) or scan the stored float16 rows (0): either way each answer is ``kbpack query``'s
+    """The server's batches scan bfloat16 copies of the vectors (``--vector-memory``, where
+    they fit) or the stored float16 rows (0): either way each answer is ``kbpack query``'s
     for that request alone, bit for bit, on one pack and on the set of both."""
     from kbpack.serve.library import Library
 
@@ -184,13 +184,13 @@ def test_server_batches_answer_as_kbpack_query_with_and_without_float32_copies(
         want_set = [served(s.searcher.search(r.query, **options(r))) for r in REQUESTS]  # type: ignore[arg-type]
     with Library(list(packs), model=model, verify=False, vector_memory_mb=memory_mb) as lib:
         for name in lib.packs:
-            lib.get(name).searcher.corpus.vectors.float32_wait = True  # type: ignore[attr-defined]
+            lib.get(name).searcher.corpus.vectors.copies_wait = True  # type: ignore[attr-defined]
         one = lib.get(lib.by_file[packs[0].name]).searcher
         assert [served(r) for r in one.search_many(REQUESTS, vectors)] == want_one  # type: ignore[arg-type]
         assert lib.federated is not None
         got_set = [served(r) for r in lib.federated.search_many(REQUESTS, vectors)]  # type: ignore[arg-type]
-        copies = [lib.get(n).searcher.corpus.vectors._float32 for n in lib.packs]  # type: ignore[attr-defined]
-        held = sum(x.matrix.nbytes for c in copies if isinstance(c, tuple) for x in c if x)
+        copies = [lib.get(n).searcher.corpus.vectors._copies for n in lib.packs]  # type: ignore[attr-defined]
+        held = sum(x.bits.nbytes for c in copies if isinstance(c, tuple) for x in c if x)
         assert lib.vector_memory.used == held and (held > 0) == bool(memory_mb)
         assert all(isinstance(c, tuple) for c in copies) == bool(memory_mb)
     assert got_set == want_set

@@ -1,12 +1,12 @@
-"""``kbpack serve/mcp --vector-memory``: the budget for the float32 copies that batches of
-concurrent searches multiply (``kbpack.search.vectors.Float32Budget``)."""
+"""``kbpack serve/mcp --vector-memory``: the budget for the bfloat16 copies that batches of
+concurrent searches scan (``kbpack.search.vectors.CopyBudget``)."""
 
 from __future__ import annotations
 
 from cli_run import run
 
 from kbpack.cli.commands import serve as serve_cli
-from kbpack.search.vectors import Float32Budget
+from kbpack.search.vectors import CopyBudget
 from kbpack.serve import library
 
 
@@ -20,7 +20,7 @@ def test_a_negative_budget_is_refused_in_one_line() -> None:
 
 
 def test_the_budget_is_shared_and_given_back() -> None:
-    budget = Float32Budget(100)
+    budget = CopyBudget(100)
     assert budget.take(60) and not budget.take(50) and budget.take(40)
     budget.give(60)
     assert budget.used == 40 and budget.take(60) and budget.used == 100

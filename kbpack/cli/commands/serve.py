@@ -29,7 +29,7 @@ from kbpack.errors import Exit, UsageError
 SERVE_EXTRA_HINT = "install the serve extra: pip install 'kbpack[serve]'"
 # kbpack.serve.library.VECTOR_MEMORY_MB (not imported: --help must not load numpy);
 # tests/serve/test_vector_memory.py checks they agree
-VECTOR_MEMORY_MB = 0
+VECTOR_MEMORY_MB = 1024
 
 
 def serving_options(f: Any) -> Any:
@@ -50,11 +50,10 @@ def serving_options(f: Any) -> Any:
             "--vector-memory",
             default=VECTOR_MEMORY_MB,
             low=0,
-            help="Megabytes of float32 copies of the packs' vectors that concurrent searches, "
-            "answered in batches, are multiplied with (4 bytes per number of every chunk and "
-            "piece vector: ~1.5 KiB a vector of 384; made on the first batch). 0, the default, "
-            "or a pack that does not fit: batches scan the stored float16 vectors, as fast at 8 "
-            "clients here, slower at 32; the same answers.",
+            help="Megabytes of bfloat16 copies of the packs' vectors that concurrent searches, "
+            "answered in batches, scan (2 bytes per number of every chunk and piece vector: "
+            "768 bytes a vector of 384; made on the first batch). 0, or a pack that does not "
+            "fit: batches scan the stored float16 vectors, slower; the same answers.",
         ),
         llm_options(
             "Chat model GGUF for ask (loaded once; without it, ask quotes the pack).",
