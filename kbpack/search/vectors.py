@@ -126,6 +126,11 @@ class PackVectors:
             return self._finite(
                 ivf_dense_scores(stored, index, self._centroids, q, self.pieces(), probe)
             )
+        copies = self.copies(stored)  # a server's (a batch of one query alone scans them too)
+        if copies is not None:
+            return self._finite(
+                rounded_chunk_scores_many(stored, q[None], self.pieces(), copies)[0]
+            )
         return self._finite(rounded_chunk_scores(stored, q, self.pieces()))
 
     def scores_many(self, queries: np.ndarray) -> list[DenseScores]:

@@ -187,6 +187,8 @@ def test_server_batches_answer_as_kbpack_query_with_and_without_bf16_copies(
             lib.get(name).searcher.corpus.vectors.copies_wait = True  # type: ignore[attr-defined]
         one = lib.get(lib.by_file[packs[0].name]).searcher
         assert [served(r) for r in one.search_many(REQUESTS, vectors)] == want_one  # type: ignore[arg-type]
+        for j, r in enumerate(REQUESTS):  # a batch of one scans the copies too
+            assert served(one.search_many([r], vectors[j : j + 1])[0]) == want_one[j]
         assert lib.federated is not None
         got_set = [served(r) for r in lib.federated.search_many(REQUESTS, vectors)]  # type: ignore[arg-type]
         copies = [lib.get(n).searcher.corpus.vectors._copies for n in lib.packs]  # type: ignore[attr-defined]
