@@ -201,27 +201,43 @@ class Searcher:
     ) -> list[SearchResponse]:
         """Answer ``requests`` together, one dense pass for all of them; row ``i`` of
         ``vectors`` is request ``i``'s query vector, else ``query_vectors`` embeds them."""
-        for req in requests:
-            req.check()
-        queries = [self._lexical(req) for req in requests]
-        lexical_only = any(req.mode != "bm25" for req in requests) and self.embedder is None
-        dense = [i for i, q in enumerate(queries) if q.dense_wanted and not lexical_only]
-        if dense:
-            if vectors is None:
-                qv = self.query_vectors([queries[i].text for i in dense], embed_together)
-            else:
-                qv = np.asarray(vectors, dtype=np.float32)[dense]
-            for i, d, v in zip(dense, self._dense_scores(qv), qv, strict=True):
-                queries[i].dense, queries[i].vector = d, v
-        out = []
-        for req, q in zip(requests, queries, strict=True):
-            if q.dense_wanted and lexical_only:
-                q.lexical_only = True
-                if req.mode == "dense":  # the BM25 list did not run before
-                    q.terms = self.corpus.terms(req.query)
-                    q.bm_ids, q.bm_scores = self._top_bm25(q.terms, q.mask)
-            out.append(finish(self, req, q))
-        return out
+        queries = [self.begin(req) for req in requests]
+        self.add_dense(queries, vectors, embed_together)
+        return [self.end(req, q) for req, q in zip(requests, queries, strict=True)]
+
+    # A search in three steps, so that a server runs only the shared one in its batch worker
+    # (``kbpack.serve.library.Batches``) and each request's own steps in the request's thread:
+    def begin(self, req: SearchRequest) -> Query:
+        """The request checked and its lists that need no query vector (BM25, the gates)."""
+        req.check()
+        return self._lexical(req)
+
+    def add_dense(
+        self,
+        queries: Sequence[Query],
+        vectors: np.ndarray | None = None,
+        embed_together: bool = False,
+    ) -> None:
+        """The dense stage of ``queries`` (from ``begin``) in one pass over the vectors; row
+        ``i`` of ``vectors`` is query ``i``'s vector, else ``query_vectors`` embeds them."""
+        dense = [i for i, q in enumerate(queries) if q.dense_wanted]
+        if not dense or self.embedder is None:
+            return
+        if vectors is None:
+            qv = self.query_vectors([queries[i].text for i in dense], embed_together)
+        else:
+            qv = np.asarray(vectors, dtype=np.float32)[dense]
+        for i, d, v in zip(dense, self._dense_scores(qv), qv, strict=True):
+            queries[i].dense, queries[i].vector = d, v
+
+    def end(self, req: SearchRequest, q: Query) -> SearchResponse:
+        """The answer to ``req`` from its lists (``begin``, ``add_dense``)."""
+        if q.dense_wanted and q.dense is None and self.embedder is None:
+            q.lexical_only = True
+            if req.mode == "dense":  # the BM25 list did not run before
+                q.terms = self.corpus.terms(req.query)
+                q.bm_ids, q.bm_scores = self._top_bm25(q.terms, q.mask)
+        return finish(self, req, q)
 
     def _lexical(self, req: SearchRequest) -> Query:
         """What does not need the query vector, run first: with the model still loading in a

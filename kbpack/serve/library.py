@@ -1,15 +1,17 @@
 """The packs a server serves, opened once: readers, searchers, one embedder per model, and the
 batches that let concurrent requests share the work.
 
-Concurrent searches of one searcher (a pack, or every pack as one) are answered in batches
-(``Batches``): a request joins the queue; whatever is queued while a batch runs becomes the
-next batch, run by ``Searcher.search_many`` -- each query embedded alone, in its caller's
-thread while the batch before it runs (one call for all with ``embed_together``), one pass
-over the vectors for all: a bfloat16 copy of the vectors where ``vector_memory_mb`` allows
-(``Bf16Rows``), else the stored float16 rows. Either way each request's answer is the one it
-gets alone, bit for bit, and the one ``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a ``Searcher`` keeps no per-query state, its
-lazy reads are guarded where they are made, a llama.cpp context (not thread-safe) is wrapped
-so its calls run one at a time (``SerialEmbedder``), and h5py serialises its own calls.
+Concurrent searches of one searcher (a pack, or every pack as one) share their dense stage in
+batches (``Batches``): each request runs its own steps in its own thread (``Searcher.begin``:
+BM25 and the gates; its query embedded alone; ``Searcher.end``: ranking, refusal, citations)
+and queues for the one step they share, the pass over the vectors (``Searcher.add_dense``):
+whatever is queued while a batch runs becomes the next batch, one pass for all (a bfloat16
+copy of the vectors where ``vector_memory_mb`` allows, ``Bf16Rows``, else the stored float16
+rows). Either way each request's answer is the one it gets alone, bit for bit, and the one
+``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a
+``Searcher`` keeps no per-query state, its lazy reads are guarded where they are made (or are
+idempotent), a llama.cpp context (not thread-safe) is wrapped so its calls run one at a time
+(``SerialEmbedder``), and h5py serialises its own calls.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kbpack.pack.read import PackReader
 from kbpack.pack.sign import SignaturePolicy
 from kbpack.search.assemble import SerialEmbedder as SerialEmbedder
 from kbpack.search.assemble import assemble
+from kbpack.search.citing import Query
 from kbpack.search.searcher import MODES, Searcher, SearchRequest, SearchResponse
 from kbpack.search.vectors import CopyBudget, PackVectors
 from kbpack.text.document import Page
@@ -47,38 +50,41 @@ VECTOR_MEMORY_MB = 1024
 
 
 class Batches:
-    """Runs a searcher's concurrent requests in batches, without a fixed wait: the first
-    request starts a worker thread; every request queued while a batch runs joins the next
-    one; the worker ends when the queue is empty. A batch that fails is run again request by
-    request, so that one bad request fails alone. ``embed_together``: the batch's queries in
-    one embedder call (faster; not bit for bit with a lone query, see ``search_many``)."""
+    """Runs the dense stage of a searcher's concurrent requests in batches, without a fixed
+    wait: the first request starts a worker thread; every request queued while a batch runs
+    joins the next one; the worker ends when the queue is empty. The rest of each request
+    (its BM25 list and gates before, its ranking, refusal and citations after:
+    ``Searcher.begin`` / ``end``) runs in the request's own thread, beside the batches. A
+    batch that fails is run again request by request, so that one bad request fails alone.
+    ``embed_together``: the batch's queries in one embedder call (faster; not bit for bit with
+    a lone query, see ``search_many``)."""
 
     def __init__(self, searcher: Searcher, embed_together: bool = False) -> None:
         self.searcher = searcher
         self.embed_together = embed_together
-        self._queue: list[tuple[SearchRequest, np.ndarray | None, Future[SearchResponse]]] = []
+        self._queue: list[tuple[Query, np.ndarray | None, Future[None]]] = []
         self._lock = threading.Lock()
         self._working = False
         self.batches = 0  # batches run, and the requests in them (tests, bench/serve_load.py)
         self.requests = 0
 
     def search(self, request: SearchRequest) -> SearchResponse:
-        request.check()
-        # the query is embedded here, in the caller's thread, alone (the vector a lone search
-        # embeds), while the batch before it runs: the model and the scan of the vectors
-        # overlap instead of one waiting for the other
-        vector = None
-        alone = not self.embed_together and request.mode != "bm25"
-        if alone and self.searcher.embedder is not None:
-            vector = self.searcher.query_vector(request.query)
-        done: Future[SearchResponse] = Future()
-        with self._lock:
-            self._queue.append((request, vector, done))
-            start = not self._working
-            self._working = True
-        if start:
-            threading.Thread(target=self._work, daemon=True, name="kbpack-search").start()
-        return done.result()
+        searcher = self.searcher
+        q = searcher.begin(request)
+        if q.dense_wanted and searcher.embedder is not None:
+            # the query is embedded here, in the caller's thread, alone (the vector a lone
+            # search embeds), while the batch before it runs: the model and the scan of the
+            # vectors overlap instead of one waiting for the other
+            vector = None if self.embed_together else searcher.query_vector(request.query)
+            done: Future[None] = Future()
+            with self._lock:
+                self._queue.append((q, vector, done))
+                start = not self._working
+                self._working = True
+            if start:
+                threading.Thread(target=self._work, daemon=True, name="kbpack-search").start()
+            done.result()
+        return searcher.end(request, q)
 
     def _work(self) -> None:
         while True:
@@ -89,26 +95,22 @@ class Batches:
                     return
             self.batches += 1
             self.requests += len(batch)
-            requests = [req for req, _, _ in batch]
+            queries = [q for q, _, _ in batch]
             given = [v for _, v, _ in batch]
-            vectors = None
-            if any(v is not None for v in given):
-                width = next(v for v in given if v is not None).shape[-1]
-                vectors = np.stack([np.zeros(width, np.float32) if v is None else v for v in given])
+            vectors = None if any(v is None for v in given) else np.stack(given)  # type: ignore[arg-type]
             try:
-                answers = self.searcher.search_many(
-                    requests, vectors, embed_together=self.embed_together
-                )
+                self.searcher.add_dense(queries, vectors, embed_together=self.embed_together)
             except BaseException:
-                answers = None
-            if answers is not None:
-                for (_, _, done), answer in zip(batch, answers, strict=True):
-                    done.set_result(answer)
+                pass
+            else:
+                for _, _, done in batch:
+                    done.set_result(None)
                 continue
-            for j, (req, _, done) in enumerate(batch):
+            for j, (q, _, done) in enumerate(batch):
                 try:
                     one = None if vectors is None else vectors[j : j + 1]
-                    done.set_result(self.searcher.search_many([req], one)[0])
+                    self.searcher.add_dense([q], one)
+                    done.set_result(None)
                 except BaseException as e:
                     done.set_exception(e)
 
