@@ -28,13 +28,14 @@ from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest
 from kbpack.pack.ivf import (
     CodeSource,
     IvfIndex,
+    NotFiniteVector,
     build_index,
     default_probe,
     ivf_attrs,
     ivf_datasets,
 )
 from kbpack.pack.manifest import read_header
-from kbpack.pack.read import PackReader, hdf5_errors
+from kbpack.pack.read import DamagedDataError, PackReader, hdf5_errors
 from kbpack.pack.rewrite import publish
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.write import temp_path_for
@@ -75,7 +76,10 @@ def add_ivf(src: Path, dst: Path, lists: int | None = None) -> IndexReport:
             dims = _spool_vectors(r, spool)
         vectors = np.memmap(spool, dtype="<f2", mode="r", shape=(n, dims))
         try:  # the codes quantised from the spool as they are written (never held whole)
-            index = build_index(vectors, lists, stream=True)
+            try:
+                index = build_index(vectors, lists, stream=True)
+            except NotFiniteVector as e:  # (its index would be refused by every reader)
+                raise DamagedDataError(str(src), F.VEC_DATA, str(e)) from None
             shutil.copyfile(src, tmp)
             elements = _write_index(tmp, index, str(src))
         finally:

@@ -319,13 +319,33 @@ def _unit(a: np.ndarray) -> np.ndarray:
     return a / np.where(norms > 0, norms, 1.0)
 
 
-def _nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+class NotFiniteVector(ValueError):
+    """A vector to index is not finite (a damaged pack whose digests were rewritten to match):
+    its index would have a NaN centroid and scale, refused by every reader."""
+
+    def __init__(self, chunk: int) -> None:
+        super().__init__(f"the vector of chunk {chunk} is not finite (NaN or infinity)")
+        self.chunk = chunk
+
+
+def _finite_rows(block: np.ndarray, rows: np.ndarray) -> None:
+    """Raise ``NotFiniteVector`` for the first row of ``block`` that is not finite
+    (``rows``: the chunk of each)."""
+    bad = ~np.isfinite(block).all(axis=1)
+    if bad.any():
+        raise NotFiniteVector(int(rows[np.flatnonzero(bad)[0]]))
+
+
+def _nearest(vectors: np.ndarray, centroids: np.ndarray, check: bool = False) -> np.ndarray:
     """The list of each row of ``vectors`` (any float dtype): argmax of the dot products, the
-    lowest list on ties, in blocks of ``ASSIGN_ROWS`` rows."""
+    lowest list on ties, in blocks of ``ASSIGN_ROWS`` rows; with ``check``, a row that is not
+    finite raises ``NotFiniteVector``."""
     out = np.empty(len(vectors), np.int32)
     c = np.ascontiguousarray(centroids.T, dtype=np.float32)
     for at in range(0, len(vectors), ASSIGN_ROWS):
         block = np.asarray(vectors[at : at + ASSIGN_ROWS], dtype=np.float32)
+        if check:
+            _finite_rows(block, np.arange(at, at + len(block)))
         out[at : at + len(block)] = np.argmax(block @ c, axis=1)
     return out
 
@@ -336,7 +356,8 @@ def build_index(
     """The index of ``vectors`` ((chunks, dims) float16 unit rows, in memory or memory-mapped)
     with ``lists`` lists (None: ``default_lists``), with its int8 codes unless ``codes`` is
     False: in memory, or with ``stream`` a ``CodeSource`` over ``vectors`` (a writer's: the
-    codes are quantised as they are written, and ``vectors`` must stay readable until then)."""
+    codes are quantised as they are written, and ``vectors`` must stay readable until then).
+    A vector that is not finite raises ``NotFiniteVector`` (a ``ValueError``)."""
     n = len(vectors)
     if n == 0:
         raise ValueError("an IVF index needs at least one vector")
@@ -347,6 +368,7 @@ def build_index(
     take = min(n, SAMPLE_PER_LIST * k)
     rows = np.sort(rng.choice(n, size=take, replace=False)) if take < n else np.arange(n)
     sample = np.asarray(vectors[rows], dtype=np.float32)
+    _finite_rows(sample, rows)  # (before training on it; the assignment checks every row)
     centroids = sample[np.sort(rng.choice(take, size=k, replace=False))].copy()
     for _ in range(ITERATIONS):
         assign = _nearest(sample, centroids)
@@ -360,7 +382,7 @@ def build_index(
             sums[empty] = sample[far]
         centroids = _unit(sums)
     centroids16 = _unit(centroids).astype(np.float16)
-    assign = _nearest(vectors, centroids16)
+    assign = _nearest(vectors, centroids16, check=True)
     order = np.argsort(assign, kind="stable")  # stable: chunk rows ascend within a list
     offsets = np.zeros(k + 1, np.int64)
     np.cumsum(np.bincount(assign, minlength=k), out=offsets[1:])

@@ -29,7 +29,7 @@ import numpy as np
 from kbpack.errors import KbpackError
 from kbpack.pack import format as F
 from kbpack.pack.copies import CopyFinder, CopyGroups
-from kbpack.pack.ivf import IvfIndex
+from kbpack.pack.ivf import IvfIndex, NotFiniteVector
 from kbpack.pack.ivf import build_index as build_ivf
 from kbpack.pack.ivf import wanted as ivf_wanted
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
@@ -307,6 +307,10 @@ class PackWriter:
         )
         try:  # the codes are quantised from the spool as the HDF5 child writes them
             return build_ivf(vectors, self.ivf_lists, stream=True)
+        except NotFiniteVector as e:  # (from a damaged source pack: embedders check theirs)
+            raise KbpackError(
+                f"{self.out}: {e} among the vectors to write; run kbpack verify on the source packs"
+            ) from None
         except ValueError as e:
             raise KbpackError(f"{self.out}: {e}") from None
         finally:
