@@ -322,9 +322,11 @@ def finite_or_damaged(
     at = int(np.flatnonzero(bad_cos if bad_cos.any() else ~np.isfinite(score))[0])
     element = VEC_DATA if bad_cos.any() else PIECE_DATA
     why = f"the vectors of chunk {int(rows[at])} are not finite (NaN or infinity)"
-    if not isinstance(vectors, StoredRows):  # arrays of the caller's own (a bench)
+    # (a pack's rows name it; arrays or datasets of a caller's own, a bench's, do not)
+    where = getattr(vectors.checked, "where", None) if isinstance(vectors, StoredRows) else None
+    if not isinstance(where, str):
         raise ValueError(f"{element}: {why}")
-    raise DamagedDataError(vectors.checked.where, element, why)
+    raise DamagedDataError(where, element, why)
 
 
 def ivf_dense_scores(

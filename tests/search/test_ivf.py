@@ -490,3 +490,13 @@ def test_index_and_merge_refuse_to_index_a_nan_vector_in_one_line(
     with pytest.raises(KbpackError, match="chunk 3 is not finite") as e:
         merge_packs([_nan_vector(packs["a"], tmp_path / "nan-a.kbpack", 3), packs["b"]], merged)
     assert "\n" not in str(e.value) and not merged.exists()
+
+
+def test_re_scoring_a_nan_row_of_plain_arrays_raises_value_error() -> None:
+    vectors = clustered(3000, 32)
+    index = build_index(vectors, 16)  # codes of the intact vectors
+    q = vectors[7].astype(np.float32)  # chunk 7's own vector: it is in the shortlist
+    bad = vectors.copy()
+    bad[7, 3] = np.nan
+    with pytest.raises(ValueError, match="chunk 7 are not finite"):
+        top_k(bad, index, index.centroids, q, 10, probe_lists=16)
