@@ -62,7 +62,7 @@ def test_streamed_codes_are_the_bytes_of_the_whole_array_written_at_once(
 
 
 def test_writing_streamed_codes_never_holds_them_whole(tmp_path: Path) -> None:
-    n, dims = 400_000, 32  # codes: 12.8 MB
+    n, dims = 1_000_000, 16  # codes: 16 MB
     spool = tmp_path / "vectors.f16"
     unit_rows(n, dims).tofile(spool)
     vectors = np.memmap(spool, dtype="<f2", mode="r", shape=(n, dims))  # as a writer's spool
