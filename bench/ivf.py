@@ -236,7 +236,8 @@ def vectors_of(
 
 def index_of(vectors: np.ndarray, lists: int, cache: Path | None) -> tuple[Any, dict[str, float]]:
     """The writer's index (``build_index``: k-means, then the int8 codes), timed in its two
-    parts, kept under ``cache`` (codes memory-mapped from there) for the next run."""
+    parts, kept under ``cache`` (codes written there a block at a time, as a pack writer
+    streams them, and memory-mapped from there) for the next run."""
     from dataclasses import replace
 
     from kbpack.pack.ivf import IvfIndex, with_codes
@@ -254,10 +255,21 @@ def index_of(vectors: np.ndarray, lists: int, cache: Path | None) -> tuple[Any, 
     index = build_index(vectors, lists, codes=False)
     timing = {"kmeans_wall_s": time.perf_counter() - t, "kmeans_cpu_s": time.process_time() - c}
     t, c = time.perf_counter(), time.process_time()
-    index = with_codes(index, vectors)
+    if stem is None:
+        index = with_codes(index, vectors)
+    else:  # as a writer streams them (never held whole: 3.6 GB at 10M), into the cache's file
+        index = with_codes(index, vectors, stream=True)
+        out = np.lib.format.open_memmap(
+            stem.with_suffix(".codes.npy"), mode="w+", dtype=np.int8, shape=index.codes.shape
+        )
+        at = 0
+        for block in index.codes.blocks():
+            out[at : at + len(block)] = block
+            at += len(block)
+        out.flush()
+        del out
     timing |= {"codes_wall_s": time.perf_counter() - t, "codes_cpu_s": time.process_time() - c}
     if stem is not None:
-        np.save(stem.with_suffix(".codes.npy"), np.asarray(index.codes))
         arrays: dict[str, Any] = {
             "centroids": index.centroids,
             "offsets": index.list_offsets,

@@ -3,7 +3,8 @@ pack without re-embedding anything (spec/FORMAT.md §3.13).
 
 The vectors are read through HDF5's checksum, block by block, into a spool file beside the
 output and memory-mapped from there (a 10M-chunk pack's 7.7 GB never sit in memory at once);
-``kbpack.pack.ivf.build_index`` builds the index as a writer would. The pack is copied to a
+``kbpack.pack.ivf.build_index`` builds the index as a writer would, its int8 codes quantised
+from the spool a block at a time as they are written (never held whole). The pack is copied to a
 temp file beside the output, its datasets (centroids, lists, int8 codes) and the group are
 added there (an index already present, with or without codes, is replaced), the manifest's
 count, digests, size and byte digest are recomputed, and the file replaces the output
@@ -24,12 +25,21 @@ import numpy as np
 from kbpack.errors import UsageError
 from kbpack.pack import format as F
 from kbpack.pack.digest import StreamDigest, attrs_digest, numeric_digest
-from kbpack.pack.ivf import IvfIndex, build_index, default_probe, ivf_attrs, ivf_datasets
+from kbpack.pack.ivf import (
+    CodeSource,
+    IvfIndex,
+    NotFiniteVector,
+    build_index,
+    default_probe,
+    ivf_attrs,
+    ivf_datasets,
+)
 from kbpack.pack.manifest import read_header
-from kbpack.pack.read import PackReader, hdf5_errors
+from kbpack.pack.read import DamagedDataError, PackReader, hdf5_errors
 from kbpack.pack.rewrite import publish
 from kbpack.pack.storage import create_dataset
 from kbpack.pack.write import temp_path_for
+from kbpack.pack.write_hdf5 import write_blocks
 
 READ_ROWS = 65536
 
@@ -65,12 +75,15 @@ def add_ivf(src: Path, dst: Path, lists: int | None = None) -> IndexReport:
             signed = read_header(src).signature is not None
             dims = _spool_vectors(r, spool)
         vectors = np.memmap(spool, dtype="<f2", mode="r", shape=(n, dims))
-        try:
-            index = build_index(vectors, lists)
+        try:  # the codes quantised from the spool as they are written (never held whole)
+            try:
+                index = build_index(vectors, lists, stream=True)
+            except NotFiniteVector as e:  # (its index would be refused by every reader)
+                raise DamagedDataError(str(src), F.VEC_DATA, str(e)) from None
+            shutil.copyfile(src, tmp)
+            elements = _write_index(tmp, index, str(src))
         finally:
             del vectors
-        shutil.copyfile(src, tmp)
-        elements = _write_index(tmp, index, str(src))
         manifest = read_header(src).manifest
         if replaced:
             for key in [k for k in manifest.elements if k.startswith(F.IVF)]:
@@ -116,12 +129,20 @@ def _write_index(path: Path, index: IvfIndex, where: str) -> dict[str, str]:
             group.attrs[k] = v
         out[F.IVF + "@attrs"] = attrs_digest(attrs)
         for p, data in ivf_datasets(index):
-            ds = create_dataset(h, p, data=data)
+            # (the previous dataset stays open until the next one is made and written: where
+            # HDF5 puts its metadata, and so the pack's bytes, depend on when it is closed)
+            if isinstance(data, CodeSource):  # the codes, a block at a time
+                made = create_dataset(h, p, shape=data.shape, dtype=data.dtype)
+                digest = write_blocks(made, data)
+            else:
+                made = create_dataset(h, p, data=data)
+                digest = numeric_digest(data)
+            ds = made
             e = F.ELEMENT_BY_PATH[p]
             ds_attrs = {F.A_KIND: e.kind, F.A_VERSION: 1, F.A_DESCRIPTION: e.description}
             for k, v in ds_attrs.items():
                 ds.attrs[k] = v
-            out[p] = numeric_digest(data)
+            out[p] = digest
             out[p + "@attrs"] = attrs_digest(ds_attrs)
         h.flush()
     return out

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import math
 import mmap
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,7 +54,9 @@ ASSIGN_ROWS = 32768  # vectors assigned per matrix product (32k x lists float32 
 # (0.5) and the float32 arithmetic of whoever quantised it (spec §3.13; verify checks it)
 CODE_TOLERANCE = 0.51
 CODE_MAX = 127  # codes lie in [-127, 127] (-128 is never written: the range stays symmetric)
-CODE_BLOCK = 65536  # rows quantised (or checked) at a time
+# rows quantised (written, or checked) at a time: the block's float32 copy is 24 MiB at 384
+# dims; the codes are never held whole by a writer (``CodeSource``) nor by verify
+CODE_BLOCK = 16384
 
 RULE = (
     f"spherical k-means (cosine) over /vectors/data: a sample of at most {SAMPLE_PER_LIST} "
@@ -134,16 +137,18 @@ def ivf_attrs(index: IvfIndex) -> dict[str, object]:
     }
 
 
-def ivf_datasets(index: IvfIndex) -> list[tuple[str, np.ndarray]]:
-    """(path, data) of every dataset of ``/ivf`` the index has, in the order they are written."""
-    out = [
+def ivf_datasets(index: IvfIndex) -> list[tuple[str, Any]]:
+    """(path, data) of every dataset of ``/ivf`` the index has, in the order they are written:
+    arrays, and the codes as built (an array, or a ``CodeSource`` a writer writes in blocks)."""
+    out: list[tuple[str, Any]] = [
         (F.IVF_CENTROIDS, index.centroids),
         (F.IVF_LIST_OFFSETS, index.list_offsets),
         (F.IVF_LIST_CHUNKS, index.list_chunks),
     ]
     if index.codes is not None and index.code_scale is not None:
         scale = np.asarray(index.code_scale, dtype=np.float64)  # float32 values, stored f8
-        out += [(F.IVF_CODES, np.asarray(index.codes)), (F.IVF_CODE_SCALE, scale)]
+        codes = index.codes if isinstance(index.codes, CodeSource) else np.asarray(index.codes)
+        out += [(F.IVF_CODES, codes), (F.IVF_CODE_SCALE, scale)]
     return out
 
 
@@ -157,29 +162,66 @@ def code_scale_of(vectors: np.ndarray) -> np.ndarray:
 
 
 def quantise(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """int8 codes of ``rows`` (any float dtype) under ``scale`` (spec §3.13's rule)."""
+    """int8 codes of ``rows`` (any float dtype) under ``scale`` (spec §3.13's rule). One
+    float32 temporary the size of ``rows`` (rounded and clipped in place)."""
     inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0).astype(np.float32)
-    x = np.asarray(rows, dtype=np.float32) * inv
-    return np.clip(np.rint(x), -CODE_MAX, CODE_MAX).astype(np.int8)
+    x = np.multiply(rows, inv, dtype=np.float32)
+    with np.errstate(invalid="ignore"):  # a non-finite row (verify reports it) casts to junk
+        np.rint(x, out=x)
+        np.clip(x, -CODE_MAX, CODE_MAX, out=x)
+        return x.astype(np.int8)
+
+
+class CodeSource:
+    """The int8 codes of ``vectors`` in list order (row ``r``: chunk ``list_chunks[r]``) under
+    ``scale``, quantised a block of rows at a time when they are read: what a writer streams
+    into ``/ivf/codes`` (``blocks``) without holding them whole (3.6 GB at 10M chunks of 384
+    dims). ``vectors`` may be memory-mapped; ``[a:b]`` gives rows ``a:b`` as an int8 array (a
+    query can score them, re-quantising each time: ``encode_codes`` keeps them instead)."""
+
+    dtype = np.dtype(np.int8)
+
+    def __init__(self, vectors: np.ndarray, list_chunks: np.ndarray, scale: np.ndarray) -> None:
+        self.vectors, self.list_chunks, self.scale = vectors, list_chunks, scale
+        self.shape: tuple[int, int] = (len(list_chunks), int(vectors.shape[1]))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        a, b, _ = rows.indices(self.shape[0])
+        ids = np.asarray(self.list_chunks[a:b], dtype=np.int64)
+        order = np.argsort(ids, kind="stable")  # the vectors read ascending
+        out = np.empty((ids.size, self.shape[1]), np.int8)
+        out[order] = quantise(np.asarray(self.vectors[ids[order]]), self.scale)
+        return out
+
+    def blocks(self, rows: int = CODE_BLOCK) -> Iterator[np.ndarray]:
+        """Every row, in order, ``rows`` at a time."""
+        for at in range(0, self.shape[0], rows):
+            yield self[at : at + rows]
 
 
 def encode_codes(vectors: np.ndarray, list_chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, code_scale): the int8 code of every chunk's vector, row ``r`` for chunk
-    ``list_chunks[r]`` (list order), and the per-dimension scale. ``vectors`` may be
-    memory-mapped: they are read a block of list rows at a time (ascending within the block)."""
-    scale = code_scale_of(vectors)
-    codes = np.empty((len(list_chunks), vectors.shape[1]), np.int8)
-    for at in range(0, len(list_chunks), CODE_BLOCK):
-        ids = np.asarray(list_chunks[at : at + CODE_BLOCK], dtype=np.int64)
-        order = np.argsort(ids, kind="stable")
-        rows = np.empty((ids.size, vectors.shape[1]), np.float32)
-        rows[order] = np.asarray(vectors[ids[order]], dtype=np.float32)
-        codes[at : at + ids.size] = quantise(rows, scale)
-    return codes, scale
+    ``list_chunks[r]`` (list order), and the per-dimension scale, in memory (a writer streams
+    them instead: ``CodeSource``). ``vectors`` may be memory-mapped: they are read a block of
+    list rows at a time (ascending within the block)."""
+    source = CodeSource(vectors, list_chunks, code_scale_of(vectors))
+    codes = np.empty(source.shape, np.int8)
+    at = 0
+    for block in source.blocks():
+        codes[at : at + len(block)] = block
+        at += len(block)
+    return codes, source.scale
 
 
-def with_codes(index: IvfIndex, vectors: np.ndarray) -> IvfIndex:
-    """``index`` with the int8 codes of ``vectors`` (the vectors it was built over)."""
+def with_codes(index: IvfIndex, vectors: np.ndarray, stream: bool = False) -> IvfIndex:
+    """``index`` with the int8 codes of ``vectors`` (the vectors it was built over): in
+    memory, or with ``stream`` a ``CodeSource`` that quantises them as they are written."""
+    if stream:
+        source = CodeSource(vectors, index.list_chunks, code_scale_of(vectors))
+        return replace(index, codes=source, code_scale=source.scale)
     codes, scale = encode_codes(vectors, index.list_chunks)
     return replace(index, codes=codes, code_scale=scale)
 
@@ -209,26 +251,113 @@ def code_faults(codes: np.ndarray, scale: np.ndarray, vectors: np.ndarray) -> np
     return np.asarray(off.any(axis=1) | (np.abs(c) > CODE_MAX).any(axis=1))
 
 
+KEY_ROWS = 4096  # rows keyed per matrix product (a float64 copy: 12 MiB at 384 dims)
+
+
+def _keys(codes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """float64 ``codes . weights`` of each row: exact (integers below 2^52, see
+    ``faulty_code_rows``), so two rows' keys are equal when the rows are."""
+    out = np.empty(len(codes), np.float64)
+    for at in range(0, len(codes), KEY_ROWS):
+        out[at : at + KEY_ROWS] = codes[at : at + KEY_ROWS].astype(np.float64) @ weights
+    return out
+
+
+def faulty_code_rows(
+    codes: Any, vectors: Any, list_chunks: np.ndarray, scale: np.ndarray, shown: int = 3
+) -> tuple[int, list[int]]:
+    """(how many, the first ``shown``) rows of ``codes`` ((chunks, dims) int8 in list order)
+    that ``code_faults`` finds off their chunks' ``vectors`` ((chunks, dims) in chunk order).
+    Both may be h5py datasets: each is read in blocks of ``CODE_BLOCK`` rows, in its own order,
+    never whole (verify's check: the codes are 384 MB at 1M chunks, the vectors twice that).
+
+    How, when row ``r`` of one is row ``list_chunks[r]`` of the other: a pass over the codes
+    keeps each row's key (its dot product with random integer weights, exact in float64: 8
+    bytes a chunk) at its chunk; a pass over the vectors quantises each block by the rule
+    (``quantise``) and compares keys. Only the rows whose key differs from their rule code's,
+    or whose rule code may be off itself (clipped: a scale too small), are read again, by row
+    index, and judged by ``code_faults``: a code that a writer's arithmetic rounded the other
+    way at a near-tie passes, as in a whole comparison. (A pack whose codes are mostly off
+    reads them again row by row: slower, never more memory.) The weights are drawn afresh on
+    every call (no seed), so no codes can be crafted whose key matches their vector's."""
+    n, dims = int(codes.shape[0]), int(codes.shape[1])
+    top = max(1, 2**52 // ((CODE_MAX + 1) * max(1, dims)))  # |code| <= 128: sums below 2^52
+    weights = np.random.default_rng().integers(0, top, size=dims).astype(np.float64)
+    chunk_of = np.asarray(list_chunks, dtype=np.int64)
+    keys = np.empty(n, np.float64)
+    for at in range(0, n, CODE_BLOCK):
+        block = np.asarray(codes[at : at + CODE_BLOCK])
+        keys[chunk_of[at : at + len(block)]] = _keys(block, weights)
+    step = np.asarray(scale).astype(np.float32)
+    # the rule's own code is off only where it is clipped (a component beyond 127.5 steps) or
+    # the scale is 0 under a non-zero component: such rows are looked at again too
+    limit = np.float32(CODE_MAX + 0.5) * step
+    row_of: np.ndarray | None = None
+    count, first = 0, list[int]()
+    for at in range(0, n, CODE_BLOCK):
+        v = np.asarray(vectors[at : at + CODE_BLOCK])
+        want = quantise(v, step)
+        suspect = _keys(want, weights) != keys[at : at + len(v)]
+        suspect |= (np.abs(v) > limit).any(axis=1)
+        if not suspect.any():
+            continue
+        if row_of is None:
+            row_of = np.empty(n, np.int64)
+            row_of[chunk_of] = np.arange(n, dtype=np.int64)
+        which = np.flatnonzero(suspect)
+        rows = row_of[at + which]
+        order = np.argsort(rows)  # (an h5py dataset reads ascending rows)
+        rows, which = rows[order], which[order]
+        found = rows[code_faults(np.asarray(codes[rows]), step, v[which])]
+        count += int(found.size)
+        first = sorted([*first, *found[:shown].tolist()])[:shown]
+    return count, first
+
+
 def _unit(a: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(a, axis=1, keepdims=True)
     return a / np.where(norms > 0, norms, 1.0)
 
 
-def _nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+class NotFiniteVector(ValueError):
+    """A vector to index is not finite (a damaged pack whose digests were rewritten to match):
+    its index would have a NaN centroid and scale, refused by every reader."""
+
+    def __init__(self, chunk: int) -> None:
+        super().__init__(f"the vector of chunk {chunk} is not finite (NaN or infinity)")
+        self.chunk = chunk
+
+
+def _finite_rows(block: np.ndarray, rows: np.ndarray) -> None:
+    """Raise ``NotFiniteVector`` for the first row of ``block`` that is not finite
+    (``rows``: the chunk of each)."""
+    bad = ~np.isfinite(block).all(axis=1)
+    if bad.any():
+        raise NotFiniteVector(int(rows[np.flatnonzero(bad)[0]]))
+
+
+def _nearest(vectors: np.ndarray, centroids: np.ndarray, check: bool = False) -> np.ndarray:
     """The list of each row of ``vectors`` (any float dtype): argmax of the dot products, the
-    lowest list on ties, in blocks of ``ASSIGN_ROWS`` rows."""
+    lowest list on ties, in blocks of ``ASSIGN_ROWS`` rows; with ``check``, a row that is not
+    finite raises ``NotFiniteVector``."""
     out = np.empty(len(vectors), np.int32)
     c = np.ascontiguousarray(centroids.T, dtype=np.float32)
     for at in range(0, len(vectors), ASSIGN_ROWS):
         block = np.asarray(vectors[at : at + ASSIGN_ROWS], dtype=np.float32)
+        if check:
+            _finite_rows(block, np.arange(at, at + len(block)))
         out[at : at + len(block)] = np.argmax(block @ c, axis=1)
     return out
 
 
-def build_index(vectors: np.ndarray, lists: int | None = None, codes: bool = True) -> IvfIndex:
+def build_index(
+    vectors: np.ndarray, lists: int | None = None, codes: bool = True, stream: bool = False
+) -> IvfIndex:
     """The index of ``vectors`` ((chunks, dims) float16 unit rows, in memory or memory-mapped)
     with ``lists`` lists (None: ``default_lists``), with its int8 codes unless ``codes`` is
-    False."""
+    False: in memory, or with ``stream`` a ``CodeSource`` over ``vectors`` (a writer's: the
+    codes are quantised as they are written, and ``vectors`` must stay readable until then).
+    A vector that is not finite raises ``NotFiniteVector`` (a ``ValueError``)."""
     n = len(vectors)
     if n == 0:
         raise ValueError("an IVF index needs at least one vector")
@@ -239,6 +368,7 @@ def build_index(vectors: np.ndarray, lists: int | None = None, codes: bool = Tru
     take = min(n, SAMPLE_PER_LIST * k)
     rows = np.sort(rng.choice(n, size=take, replace=False)) if take < n else np.arange(n)
     sample = np.asarray(vectors[rows], dtype=np.float32)
+    _finite_rows(sample, rows)  # (before training on it; the assignment checks every row)
     centroids = sample[np.sort(rng.choice(take, size=k, replace=False))].copy()
     for _ in range(ITERATIONS):
         assign = _nearest(sample, centroids)
@@ -252,12 +382,12 @@ def build_index(vectors: np.ndarray, lists: int | None = None, codes: bool = Tru
             sums[empty] = sample[far]
         centroids = _unit(sums)
     centroids16 = _unit(centroids).astype(np.float16)
-    assign = _nearest(vectors, centroids16)
+    assign = _nearest(vectors, centroids16, check=True)
     order = np.argsort(assign, kind="stable")  # stable: chunk rows ascend within a list
     offsets = np.zeros(k + 1, np.int64)
     np.cumsum(np.bincount(assign, minlength=k), out=offsets[1:])
     index = IvfIndex(centroids16, offsets, order.astype(np.int32))
-    return with_codes(index, vectors) if codes else index
+    return with_codes(index, vectors, stream) if codes else index
 
 
 def _add_rows(sums: np.ndarray, assign: np.ndarray, rows: np.ndarray) -> None:

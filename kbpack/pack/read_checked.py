@@ -88,6 +88,11 @@ class CheckedDataset:
     def __len__(self) -> int:
         return int(self.shape[0])
 
+    @property
+    def where(self) -> str:
+        """The pack, as its errors name it."""
+        return self._where
+
     def __getitem__(self, key: Any) -> Any:
         # (isinstance first: a key may be a numpy index array, whose == is elementwise)
         whole = (isinstance(key, tuple) and key == ()) or key is Ellipsis

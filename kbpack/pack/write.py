@@ -29,7 +29,7 @@ import numpy as np
 from kbpack.errors import KbpackError
 from kbpack.pack import format as F
 from kbpack.pack.copies import CopyFinder, CopyGroups
-from kbpack.pack.ivf import IvfIndex
+from kbpack.pack.ivf import IvfIndex, NotFiniteVector
 from kbpack.pack.ivf import build_index as build_ivf
 from kbpack.pack.ivf import wanted as ivf_wanted
 from kbpack.pack.manifest import Manifest, encode_header, hash_hdf5_bytes, write_header
@@ -253,6 +253,7 @@ class PackWriter:
             # HDF5 in a child: a write that fails inside HDF5 can crash the process (SIGSEGV
             # on a full disk); then only the child dies and this process cleans up
             elements, counts = run_in_child(self._write_hdf5)
+            self._ivf_index = None  # (its codes map the spool, removed below)
             size, sha = hash_hdf5_bytes(self.tmp)
             manifest = Manifest(
                 format_version=F.FORMAT_VERSION,
@@ -298,13 +299,18 @@ class PackWriter:
         return CommitResult(self.out, size, counts)
 
     def _build_ivf(self) -> IvfIndex:
-        """The IVF index of the spooled vectors (``kbpack/pack/ivf.py``), read memory-mapped."""
+        """The IVF index of the spooled vectors (``kbpack/pack/ivf.py``), read memory-mapped;
+        its codes a ``CodeSource`` over the spool (read again while the file is written)."""
         assert self.dims
         vectors = np.memmap(
             self._spools.vectors, dtype="<f2", mode="r", shape=(self._tables.n_vectors, self.dims)
         )
-        try:
-            return build_ivf(vectors, self.ivf_lists)
+        try:  # the codes are quantised from the spool as the HDF5 child writes them
+            return build_ivf(vectors, self.ivf_lists, stream=True)
+        except NotFiniteVector as e:  # (from a damaged source pack: embedders check theirs)
+            raise KbpackError(
+                f"{self.out}: {e} among the vectors to write; run kbpack verify on the source packs"
+            ) from None
         except ValueError as e:
             raise KbpackError(f"{self.out}: {e}") from None
         finally:

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbpack.pack.format import PIECE_WEIGHT
+from kbpack.pack.format import PIECE_DATA, PIECE_WEIGHT, VEC_DATA
 from kbpack.pack.ivf import CODE_MAX, CODE_TOLERANCE, IvfIndex, default_probe
+from kbpack.pack.read_checked import DamagedDataError
 from kbpack.pack.vector_scan import (
     NORM_TOLERANCE,
     StoredRows,
@@ -306,6 +307,28 @@ class ProbedScores(DenseScores):
         return rows[order]
 
 
+def finite_or_damaged(
+    vectors: np.ndarray | StoredRows, rows: np.ndarray, score: np.ndarray, cos: np.ndarray
+) -> None:
+    """Raise ``DamagedDataError`` (one line: the pack, the element, the chunk) where a
+    re-scored chunk's score is not finite. The probed chunks' estimates come from their int8
+    codes, which stay finite when a vector is NaN (a pack whose digests were rewritten to
+    match): the NaN shows only here, when the vector itself is read (the shortlist, or a
+    hybrid query's BM25 candidate), and it must not be a fusion ValueError nor a chunk dropped
+    from the top without a word (``PackVectors._finite`` says the same of the exact scan)."""
+    if np.isfinite(score).all() and np.isfinite(cos).all():
+        return
+    bad_cos = ~np.isfinite(cos)
+    at = int(np.flatnonzero(bad_cos if bad_cos.any() else ~np.isfinite(score))[0])
+    element = VEC_DATA if bad_cos.any() else PIECE_DATA
+    why = f"the vectors of chunk {int(rows[at])} are not finite (NaN or infinity)"
+    # (a pack's rows name it; arrays or datasets of a caller's own, a bench's, do not)
+    where = getattr(vectors.checked, "where", None) if isinstance(vectors, StoredRows) else None
+    if not isinstance(where, str):
+        raise ValueError(f"{element}: {why}")
+    raise DamagedDataError(where, element, why)
+
+
 def ivf_dense_scores(
     vectors: np.ndarray | StoredRows,
     index: IvfIndex,
@@ -340,7 +363,9 @@ def ivf_dense_scores(
         cos[ids] = chunk_cos
 
     def rescore(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return exact_scores(vectors, q, pieces, rows, rows_of)
+        score, cos = exact_scores(vectors, q, pieces, rows, rows_of)
+        finite_or_damaged(vectors, rows, score, cos)
+        return score, cos
 
     out = ProbedScores(score, cos, error, rescore)
     out.probed, out.estimates = ids, chunk_score

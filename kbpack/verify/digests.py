@@ -103,6 +103,8 @@ class ElementDigests(ExamState):
                 at = self.stats.get("piece_rows", 0)
                 self._unit_rows(block, at, self.piece_counts, self.piece_bad)
                 self.stats["piece_rows"] = at + len(block)
+            elif el.path == F.IVF_CODES:  # not kept: invariants/ivf.py reads them in blocks
+                continue
             elif el.path != F.MODEL_GGUF:
                 parts.append(block)
             elif len(self.gguf_head) < GGUF_HEAD_BYTES:  # its header, for invariants/vectors
@@ -113,6 +115,8 @@ class ElementDigests(ExamState):
         elif el.path == F.PIECE_DATA:
             self.stats.setdefault("piece_rows", 0)
             self.stats["piece_dims"] = int(ds.shape[1]) if ds.ndim == 2 else -1
+        elif el.path == F.IVF_CODES:
+            self.streamed.add(el.path)  # read through: its invariant reads it again
         else:
             self.num[el.path] = np.concatenate(parts) if parts else np.zeros(0, ds.dtype)
         return digest

@@ -38,6 +38,9 @@ class ExamState:
         self.readable: set[str] = set()  # elements safe to read
         self.in_file: set[str] = set()  # every object the file holds, safe or not
         self.num: dict[str, np.ndarray] = {}
+        # numeric elements digested block by block and not kept (the IVF codes: 384 MB at 1M
+        # chunks), each read through; its invariant reads it again, in blocks
+        self.streamed: set[str] = set()
         self.raw: dict[str, list[bytes]] = {}
         self.attrs: dict[str, dict[str, Any]] = {}
         self.vec_bad: dict[str, list[int]] = {"nonfinite": [], "norm": []}

@@ -4,6 +4,7 @@ by build/merge/split/migrate/index, checked by verify (a tampered index fails in
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from scale_corpus import PART_A, PART_B, build_pack, write_folder
 
 import kbpack
 from kbpack.cli.main import cli
+from kbpack.errors import KbpackError
 from kbpack.ops.merge import merge_packs
 from kbpack.ops.migrate import migrate_pack
 from kbpack.ops.split import split_pack
@@ -428,3 +430,73 @@ def test_mth_largest_is_exact_whatever_the_sample() -> None:
         for m in (1, 3, 4, 10, 100):
             if m < size:
                 assert mth_largest(values, m) == np.sort(values)[::-1][m - 1], (size, m)
+
+
+# -- a vector that is not finite, whose code is (issue 35 item 4's closing note) ---------------
+
+
+def _nan_vector(src: Path, out: Path, chunk: int) -> Path:
+    """A copy of ``src`` whose chunk ``chunk`` has a NaN vector, its code left as it was (finite,
+    plausible) and every digest restamped: only verify's invariants, or reading the vector,
+    can tell."""
+    shutil.copyfile(src, out)
+    with h5py.File(out, "r+") as h:
+        vectors = h[F.VEC_DATA][()]
+        vectors[chunk, 5] = np.nan
+        h[F.VEC_DATA][...] = vectors
+        digests = element_digests(h)
+    restamp(out, "elements", digests)
+    return out
+
+
+def test_a_nan_vector_whose_code_is_finite_is_named_by_verify_and_fails_the_query_reading_it(
+    packs: dict[str, Path], tmp_path: Path, model: Path
+) -> None:
+    question = QUESTIONS[0]
+    with kbpack.open(packs["a"], model=model) as p:  # the chunk this query's dense top is
+        best = p.search(question, k=1, mode="dense").results[0].chunk
+    bad = _nan_vector(packs["a"], tmp_path / "nan.kbpack", best)
+    with h5py.File(bad, "r") as h:  # its code is the one it had: finite, in range
+        assert np.isfinite(h[F.IVF_CODES][()]).all() and np.abs(h[F.IVF_CODES][()]).max() <= 127
+    findings = verify_pack(bad).as_dict()["findings"]
+    named = [f for f in findings if f["code"] == "vector-not-finite"]
+    assert len(named) == 1 and named[0]["path"] == F.VEC_DATA, findings
+    assert re.search(rf"\brows? {best}\b", named[0]["detail"]), named
+    assert "\n" not in named[0]["detail"]
+    assert not [f for f in findings if f["code"] in ("check-failed", "element-unreadable")]
+    # the query's shortlist holds that chunk (its code scores as before): reading its vector
+    # must fail in one line naming the element and the chunk, as the exact scan does
+    for kw in ({"mode": "dense"}, {"mode": "hybrid"}, {"mode": "dense", "exact": True}):
+        with (
+            kbpack.open(bad, model=model) as p,
+            pytest.raises(DamagedDataError, match=f"chunk {best} are not finite") as e,
+        ):
+            p.search(question, k=5, **kw)  # type: ignore[arg-type]
+        assert F.VEC_DATA in str(e.value) and "\n" not in str(e.value), kw
+
+
+def test_index_and_merge_refuse_to_index_a_nan_vector_in_one_line(
+    packs: dict[str, Path], tmp_path: Path
+) -> None:
+    # they published an index with a NaN centroid and scale, which every query then refused
+    bad = _nan_vector(packs["b"], tmp_path / "nan.kbpack", 3)
+    out = tmp_path / "indexed.kbpack"
+    result = CliRunner().invoke(cli, ["index", str(bad), "--ivf-lists", "3", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "chunk 3 is not finite" in result.output and F.VEC_DATA in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["nan.kbpack"]
+    merged = tmp_path / "merged.kbpack"
+    with pytest.raises(KbpackError, match="chunk 3 is not finite") as e:
+        merge_packs([_nan_vector(packs["a"], tmp_path / "nan-a.kbpack", 3), packs["b"]], merged)
+    assert "\n" not in str(e.value) and not merged.exists()
+
+
+def test_re_scoring_a_nan_row_of_plain_arrays_raises_value_error() -> None:
+    vectors = clustered(3000, 32)
+    index = build_index(vectors, 16)  # codes of the intact vectors
+    q = vectors[7].astype(np.float32)  # chunk 7's own vector: it is in the shortlist
+    bad = vectors.copy()
+    bad[7, 3] = np.nan
+    with pytest.raises(ValueError, match="chunk 7 are not finite"):
+        top_k(bad, index, index.centroids, q, 10, probe_lists=16)

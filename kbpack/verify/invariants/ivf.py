@@ -7,15 +7,17 @@ list a chunk is in is the builder's judgement (k-means): a chunk in a farther li
 not correctness, and is not re-judged. The optional int8 codes (``/ivf/codes``,
 ``/ivf/code_scale``, together): shapes, a finite non-negative scale, and every code row is its
 chunk's vector quantised by the stated rule within ``CODE_TOLERANCE`` steps (the bound a query
-relies on to re-score every chunk that could be in its top k): the vectors are read again, in
-blocks, and compared with the codes of their chunks (one finding naming the first rows off)."""
+relies on to re-score every chunk that could be in its top k): the codes and the vectors are
+read again, each in blocks and neither whole (``kbpack.pack.ivf.faulty_code_rows``), and one
+finding names the first rows off. A vector that is not finite has no code to compare: the
+vectors' own check names its chunk (``vector-not-finite``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kbpack.pack import format as F
-from kbpack.pack.ivf import CODE_BLOCK, check_codes, check_index, code_faults
+from kbpack.pack.ivf import check_codes, check_index, faulty_code_rows
 from kbpack.verify.exam_state import ExamState
 
 
@@ -60,31 +62,18 @@ class IvfInvariants(ExamState):
             missing = next(p for p in F.IVF_CODE_DATASETS if p not in present)
             self.add("missing-element", missing, "/ivf/codes and /ivf/code_scale come together")
             return
-        codes, scale = self._col(F.IVF_CODES), self._col(F.IVF_CODE_SCALE)
-        if codes is None or scale is None:
+        scale = self._col(F.IVF_CODE_SCALE)
+        if F.IVF_CODES not in self.streamed or scale is None or self.file is None:
             return  # unreadable or refused: already a finding
+        codes = self.file[F.IVF_CODES]  # (digested, not kept: read again here, in blocks)
         why = check_codes(codes.shape, scale, n, dims)
         if why is not None:
             path, _, detail = why.partition(": ")
             self.add("ivf", path, detail)
             return
-        if self.file is None or F.VEC_DATA not in self.readable:
+        if F.VEC_DATA not in self.readable:
             return
-        # list row of each chunk (list_chunks is a permutation: check_index said so)
-        row_of = np.empty(n, np.int64)
-        row_of[list_chunks.astype(np.int64)] = np.arange(n, dtype=np.int64)
-        step = scale.astype(np.float32)
-        vectors = self.file[F.VEC_DATA]
-        bad: list[int] = []
-        count = 0
-        for at in range(0, n, CODE_BLOCK):
-            block = np.asarray(vectors[at : at + CODE_BLOCK])
-            rows = row_of[at : at + len(block)]
-            off = code_faults(codes[rows], step, block)
-            if off.any():
-                found = np.sort(rows[off])
-                count += int(found.size)
-                bad = sorted([*bad, *found[:3].tolist()])[:3]
+        count, bad = faulty_code_rows(codes, self.file[F.VEC_DATA], list_chunks, scale)
         if count:
             more = f" (and {count - len(bad)} more)" if count > len(bad) else ""
             self.add(
