@@ -120,6 +120,8 @@ class Embedder:
     """
 
     POOLINGS: tuple[str, ...] = EMBEDDING_POOLINGS  # what identify_gguf accepts
+    # embed/embed_tokens/count_tokens may be called from several threads at once (a pool)
+    concurrent = True
 
     def __init__(
         self,
