@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 
 # 1. the token lists a build embeds (a dry run: nothing embedded; placeholder vectors)
 _TEXTS = """
@@ -182,6 +183,8 @@ def child(code: str, pythonpath: Path, args: list[str], tmp: Path) -> dict[str, 
 
 
 def main() -> int:
+    from idle import wait_for_idle
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=ROOT / "fixtures" / "eval" / "corpus")
     ap.add_argument("--threads", type=int, default=1)
@@ -196,6 +199,12 @@ def main() -> int:
     ap.add_argument("--floor-batch", default="128,256,512", help="llama_decode token budgets tried")
     ap.add_argument("--sample", type=int, default=400, help="texts to choose the floor batch on")
     ap.add_argument("--keep", type=Path, help="keep kbpack's (first) pack here")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=0.0,
+        help="wait up to this many seconds before each run for --threads idle cores",
+    )
     ap.add_argument("--options", default="{}", help="JSON of extra BuildOptions for kbpack's build")
     args = ap.parse_args()
     corpus = str(args.corpus.resolve())
@@ -223,6 +232,7 @@ def main() -> int:
         contexts = str(args.contexts or args.threads)
         for r in range(args.rounds):
             for arm in arms if r % 2 == 0 else list(reversed(arms)):
+                idle = wait_for_idle(args.threads - 0.2, args.idle_wait) if args.idle_wait else None
                 load = os.getloadavg()[0]
                 if arm == "floor":
                     res = child(
@@ -243,6 +253,7 @@ def main() -> int:
                         args.keep.write_bytes(out.read_bytes())
                     out.unlink(missing_ok=True)
                 res["load_before"] = load
+                res["idle_cores_before"] = idle
                 runs[arm].append(res)
                 print(f"round {r + 1} {arm}: {json.dumps(res)}", flush=True)
 

@@ -325,7 +325,7 @@ class Embedder:
         """Decode the batches ``todo`` into ``out``'s rows over as many free contexts as there
         are batches (up to ``contexts``), ``done`` told of each in the calling thread as it
         finishes. One context: decoded in the calling thread. Several: one thread each, taking
-        the next batch as they finish one; an error, or an exception from ``done`` (Ctrl-C),
+        the next batch (longest texts first) as they finish one; an error, or an exception from ``done`` (Ctrl-C),
         stops them after their current batch and is raised here once all have stopped."""
         if not todo:
             return
@@ -348,7 +348,9 @@ class Embedder:
         out: np.ndarray,
         done: Callable[[list[int]], None],
     ) -> None:
-        turn = iter(todo)
+        # the plan goes from the shortest texts to the longest: the costliest batches first,
+        # so that the contexts finish about together
+        turn = reversed(todo)
         turn_lock = threading.Lock()
         stop = threading.Event()
         finished: queue.SimpleQueue[tuple[list[int], BaseException | None]] = queue.SimpleQueue()
