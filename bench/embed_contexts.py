@@ -59,12 +59,16 @@ class Locked:
 
 
 def long_texts(e: Embedder, n: int) -> list[str]:
-    """``n`` passages of the corpus of 230-256 tokens."""
+    """``n`` passages of the corpus of 230 tokens up to the window (256), the most words of
+    each stretch of 200 that fit."""
     out: list[str] = []
     for path in sorted(CORPUS.rglob("*.md")):
         words = path.read_text(encoding="utf-8", errors="replace").split()
         for at in range(0, len(words) - 200, 200):
-            text = " ".join(words[at : at + 200])
+            size = 200
+            while size > 100 and e.count_tokens(" ".join(words[at : at + size])) > e.window:
+                size -= 5
+            text = " ".join(words[at : at + size])
             if 230 <= e.count_tokens(text) <= e.window:
                 out.append(text)
             if len(out) == n:
@@ -165,21 +169,24 @@ e = Embedder(threads=int(sys.argv[1]))
 e.embed(["one query"])
 one = rss()
 e.embed([f"paragraph {i} " * (20 + i % 40) for i in range(200)])
-print(json.dumps({"contexts": e.contexts_made, "rss_one_context_mb": round(one, 1),
-                  "rss_all_contexts_mb": round(rss(), 1)}))
+print(json.dumps({"contexts": e.contexts_made, "after_query_mb": round(one, 1),
+                  "after_200_texts_mb": round(rss(), 1)}))
 """
 
 
 def memory(threads: int) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _RSS, str(threads)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    """RSS of a process with one thread (one context) and one with ``threads`` contexts."""
+    out: dict[str, Any] = {}
+    for n in dict.fromkeys([1, threads]):
+        proc = subprocess.run(
+            [sys.executable, "-c", _RSS, str(n)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        )
+        out[f"threads={n}"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 def main() -> int:
@@ -191,6 +198,7 @@ def main() -> int:
     ap.add_argument("--callers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-texts", type=int, default=40)
+    ap.add_argument("--parts", default="memory,one_query,concurrent", help="what to measure")
     ap.add_argument(
         "--idle-wait", type=float, default=0.0, help="seconds to wait for idle cores per run"
     )
@@ -198,12 +206,14 @@ def main() -> int:
     global IDLE_WAIT
     IDLE_WAIT = args.idle_wait
     qs = questions(args.queries)
-    summary = {
-        "threads": args.threads,
-        "memory": memory(args.threads),
-        "one_query": one_query(args.threads, args.rounds, qs[: args.latency_texts]),
-        "concurrent": concurrent(args.threads, args.callers, args.rounds, qs),
-    }
+    parts = args.parts.split(",")
+    summary: dict[str, Any] = {"threads": args.threads}
+    if "memory" in parts:
+        summary["memory"] = memory(args.threads)
+    if "one_query" in parts:
+        summary["one_query"] = one_query(args.threads, args.rounds, qs[: args.latency_texts])
+    if "concurrent" in parts:
+        summary["concurrent"] = concurrent(args.threads, args.callers, args.rounds, qs)
     print(json.dumps(summary, indent=1))
     return 0
 

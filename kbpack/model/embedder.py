@@ -58,6 +58,12 @@ __all__ = ["Embedder", "ModelIdentity", "Prefixes", "default_model_path", "sha25
 BATCH_TOKENS = 256
 # Flash attention: 66 vs 79 ms CPU per chunk at 256-token batches, same measurement.
 FLASH_ATTENTION = True
+# A call that is one decode batch of at least this many tokens (a long query) runs on all the
+# embedder's threads while no other call is running; shorter ones, and every batch of a call
+# that spreads over several contexts, on one. Alone, with two idle cores (bench/
+# embed_contexts.py, bench/RESULTS.md): 22 tokens 9.3 ms on 1 thread vs 11.3 on 2, 96 tokens
+# 36.4 vs 38.2, 128 tokens 52.5 vs 35.0, 250 tokens 87.5 vs 52.2. Same bits either way.
+ALL_THREADS_TOKENS = 128
 # llama.cpp (llama-cpp-python 0.3.36) aborts the process (GGML_ASSERT(ggml_can_mul_mat),
 # SIGABRT) while it loads a context of more than this many tokens that is not a multiple of
 # it: 300, 320, 384, 400 and 640 aborted, 64, 100, 200, 256, 512 and 768 did not (tiny BERT
@@ -114,9 +120,11 @@ class Embedder:
     ``threads`` (default: the available cores) is the CPU threads llama.cpp may use in all;
     ``contexts`` (default: ``threads``) how many llama.cpp contexts share them, each with
     ``threads // contexts`` of them. One thread per context is the fastest use of the cores
-    for a build (independent batches, no synchronisation inside a batch) and for a query (one
-    short batch ran slower on two threads than on one); ``contexts=1`` is kbpack 0.2's single
-    context running all the threads. The vectors are the same bits for every setting.
+    for a build (independent batches, no synchronisation inside a batch) and for a short query
+    (one short batch ran slower on two threads than on one); a call that is one long batch (a
+    long query, ``ALL_THREADS_TOKENS``) runs on all the threads while no other call runs.
+    ``contexts=1`` is kbpack 0.2's single context running all the threads. The vectors are the
+    same bits for every setting.
     """
 
     POOLINGS: tuple[str, ...] = EMBEDDING_POOLINGS  # what identify_gguf accepts
@@ -332,9 +340,10 @@ class Embedder:
         held = self._take(len(todo))
         try:
             if len(held) == 1:
-                for batch in todo:
-                    self._decode(held[0], batch, tokenized, out)
-                    done(batch)
+                with self._all_threads_if_alone(held[0], todo, tokenized):
+                    for batch in todo:
+                        self._decode(held[0], batch, tokenized, out)
+                        done(batch)
                 return
             self._decode_parallel(held, todo, tokenized, out, done)
         finally:
@@ -385,6 +394,27 @@ class Embedder:
             stop.set()
             for w in started:
                 w.join()  # a context goes back to the pool only once its decode is over
+
+    @contextlib.contextmanager
+    def _all_threads_if_alone(
+        self, context: _Context, todo: list[list[int]], tokenized: list[list[int]]
+    ) -> Iterator[None]:
+        """Run ``context`` on all ``threads`` meanwhile if ``todo`` is one long batch and no
+        other call holds a context (``ALL_THREADS_TOKENS``)."""
+        with self._pool:
+            alone = self._made - len(self._idle) == 1
+        long = len(todo) == 1 and sum(len(tokenized[i]) for i in todo[0]) >= ALL_THREADS_TOKENS
+        if not (alone and long and self.threads > self._context_threads):
+            yield
+            return
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(context.ctx.ctx, self.threads, self.threads)
+        try:
+            yield
+        finally:
+            n = self._context_threads
+            llama_cpp.llama_set_n_threads(context.ctx.ctx, n, n)
 
     def _take(self, want: int) -> list[_Context]:
         """Up to ``want`` contexts, at least one: the idle ones, then new ones while fewer

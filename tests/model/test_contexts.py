@@ -65,6 +65,35 @@ def test_a_single_text_makes_no_second_context(reference: Embedder, tiny_model: 
     assert e.contexts_made == 1  # a query pays for one context only
 
 
+def test_a_long_lone_query_runs_on_all_threads_with_the_same_bits(
+    wide_model_200: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llama_cpp
+
+    from kbpack.model import embedder as E
+
+    calls: list[int] = []
+    real = llama_cpp.llama_set_n_threads
+
+    def recorded(ctx: object, n: int, n_batch: int) -> None:
+        calls.append(n)
+        real(ctx, n, n_batch)
+
+    monkeypatch.setattr(llama_cpp, "llama_set_n_threads", recorded)
+    one, two = Embedder(wide_model_200, threads=1), Embedder(wide_model_200, threads=2)
+    long = " ".join(WORDS[i % len(WORDS)] for i in range(E.ALL_THREADS_TOKENS + 20))
+    short = " ".join(WORDS[:5])
+    assert E.ALL_THREADS_TOKENS <= len(two.prepare([long])[0]) <= two.window
+    assert two.embed([short]).tobytes() == one.embed([short]).tobytes()
+    assert calls == []  # a short query: its context's one thread
+    assert two.embed([long]).tobytes() == one.embed([long]).tobytes()
+    assert calls == [2, 1]  # a long one: both threads, then the context back to one
+    assert one.embed([long]).tobytes() == one.embed([long]).tobytes() and calls == [2, 1]
+    # several batches spread over the contexts, each on its one thread
+    many = [long] * 6
+    assert two.embed(many).tobytes() == one.embed(many).tobytes() and calls == [2, 1]
+
+
 def test_concurrent_callers_get_the_vectors_of_a_lone_caller(
     reference: Embedder, tiny_model: Path
 ) -> None:
