@@ -333,8 +333,9 @@ class Embedder:
         """Decode the batches ``todo`` into ``out``'s rows over as many free contexts as there
         are batches (up to ``contexts``), ``done`` told of each in the calling thread as it
         finishes. One context: decoded in the calling thread. Several: one thread each, taking
-        the next batch (longest texts first) as they finish one; an error, or an exception from ``done`` (Ctrl-C),
-        stops them after their current batch and is raised here once all have stopped."""
+        the next batch (longest texts first) as they finish one; an error, or an exception
+        from ``done`` (Ctrl-C), stops them after their current batch and is raised here once
+        all have stopped."""
         if not todo:
             return
         held = self._take(len(todo))
