@@ -4,9 +4,11 @@ context per thread (each running one thread) instead of one context running all 
     python bench/embed_contexts.py [--threads 2] [--queries 1000] [--callers 8] [--rounds 3]
 
 1. **One query**: the dev questions (short) and ~250-token passages (long), each embedded alone,
-   by one context with one thread (what a query gets now) and by one context with ``--threads``
-   threads (kbpack 0.2's query embedder); median wall and CPU ms per query, interleaved rounds,
-   and whether the vectors are the same bits.
+   by one context with one thread, by one context with ``--threads`` threads (kbpack 0.2's
+   query embedder) and by the default embedder (one thread below ``ALL_THREADS_TOKENS``, all
+   of them from there); median wall and CPU ms per query, interleaved rounds, and whether the
+   vectors are the same bits. Lengths: the dev questions, stretches of the corpus of 64, 96,
+   128 and 192 tokens, and passages of 230-256.
 2. **Concurrent queries** (a server's request threads): ``--callers`` Python threads embed
    their share of ``--queries`` dev questions, one query per call, through the embedder a
    server shares: before, a lock around one context running ``--threads`` threads (this
@@ -76,6 +78,23 @@ def long_texts(e: Embedder, n: int) -> list[str]:
     return out
 
 
+def passages(e: Embedder, tokens: int, n: int) -> list[str]:
+    """``n`` stretches of the corpus's words of ``tokens`` to ``tokens + 4`` tokens."""
+    out: list[str] = []
+    for path in sorted(CORPUS.rglob("*.md")):
+        words = path.read_text(encoding="utf-8", errors="replace").split()
+        for at in range(0, len(words) - 2 * tokens, 2 * tokens):
+            size = tokens // 3
+            while e.count_tokens(" ".join(words[at : at + size])) < tokens:
+                size += 1
+            text = " ".join(words[at : at + size])
+            if e.count_tokens(text) <= min(tokens + 4, e.window):
+                out.append(text)
+            if len(out) == n:
+                return out
+    return out
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     w, c = time.perf_counter(), time.process_time()
     result = fn()
@@ -85,12 +104,16 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 def one_query(threads: int, rounds: int, short: list[str]) -> dict[str, Any]:
     one = Embedder(threads=1)
     old = Embedder(threads=threads, contexts=1)
+    new = Embedder(threads=threads)  # the default: 1 thread, all of them from ALL_THREADS_TOKENS
+    groups = [("dev questions", short)]
+    groups += [(f"{n} tokens", passages(one, n, len(short))) for n in (64, 96, 128, 192)]
+    groups += [("230-256 tokens", long_texts(one, len(short)))]
     rows: dict[str, Any] = {}
-    for name, texts in (("short", short), ("long", long_texts(one, len(short)))):
-        per: dict[str, list[tuple[float, float]]] = {"1x1": [], f"1x{threads}": []}
+    for name, texts in groups:
+        per: dict[str, list[tuple[float, float]]] = {"1x1": [], f"1x{threads}": [], "default": []}
         same = True
         for r in range(rounds):
-            arms = [("1x1", one), (f"1x{threads}", old)]
+            arms = [("1x1", one), (f"1x{threads}", old), ("default", new)]
             for arm, e in arms if r % 2 == 0 else arms[::-1]:
                 if IDLE_WAIT:
                     wait_for_idle(threads - 0.2, IDLE_WAIT)
@@ -99,7 +122,8 @@ def one_query(threads: int, rounds: int, short: list[str]) -> dict[str, Any]:
                     e.embed([t])
                     per[arm].append((time.perf_counter() - w, time.process_time() - c))
         for t in texts:
-            same &= one.embed([t]).tobytes() == old.embed([t]).tobytes()
+            want = one.embed([t]).tobytes()
+            same &= want == old.embed([t]).tobytes() == new.embed([t]).tobytes()
         tokens = statistics.median(len(one.prepare([t])[0]) for t in texts)
         rows[name] = {
             "texts": len(texts),
