@@ -59,11 +59,12 @@ BATCH_TOKENS = 256
 # Flash attention: 66 vs 79 ms CPU per chunk at 256-token batches, same measurement.
 FLASH_ATTENTION = True
 # A call that is one decode batch of at least this many tokens (a long query) runs on all the
-# embedder's threads while no other call is running; shorter ones, and every batch of a call
-# that spreads over several contexts, on one. Alone, with two idle cores (bench/
-# embed_contexts.py, bench/RESULTS.md): 22 tokens 9.3 ms on 1 thread vs 11.3 on 2, 96 tokens
-# 36.4 vs 38.2, 128 tokens 52.5 vs 35.0, 250 tokens 87.5 vs 52.2. Same bits either way.
-ALL_THREADS_TOKENS = 128
+# embedder's threads while no other call holds a context; shorter ones, and every batch of a
+# call that spreads over several contexts, on one. Alone, two idle cores, 1 vs 2 threads
+# (bench/embed_contexts.py, bench/RESULTS.md): dev questions (~23 tokens) 10.9 vs 12.6 ms and
+# 9.3 vs 11.3; 40-56 tokens mixed; 64 tokens 24.8 vs 19.2, 33.9 vs 26.4 (and a tie, 26.5 vs
+# 26.8); 128 tokens 49.4 vs 37.9; 250 tokens 89.9 vs 53.9. The same bits either way.
+ALL_THREADS_TOKENS = 64
 # llama.cpp (llama-cpp-python 0.3.36) aborts the process (GGML_ASSERT(ggml_can_mul_mat),
 # SIGABRT) while it loads a context of more than this many tokens that is not a multiple of
 # it: 300, 320, 384, 400 and 640 aborted, 64, 100, 200, 256, 512 and 768 did not (tiny BERT
