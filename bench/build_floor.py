@@ -4,6 +4,8 @@ kbpack 0.2.0's build of the same corpus (issue 35 item 1).
 
     python bench/build_floor.py                                  # fixtures/eval/corpus
     python bench/build_floor.py --corpus DIR --baseline /tmp/v020 --rounds 2 --keep DEV.kbpack
+    python bench/build_floor.py --corpus fixtures/eval/corpus/attrs --threads 2 --one-context \
+        --baseline /tmp/v020 --rounds 3              # contexts: 2 x 1 thread vs 1 x 2 threads
 
 Steps, each in a fresh process with a fresh cache folder (the converted model is shared):
 
@@ -13,13 +15,16 @@ Steps, each in a fresh process with a fresh cache folder (the converted model is
 2. per round, interleaved (the order alternates): ``kbpack build`` (pieces on, the default;
    the embedding cache on, in its fresh folder, as a first build has it), the floor, and with
    ``--baseline`` the build of the kbpack found in that tree (its PYTHONPATH; 0.2.0 is
-   fb1af9e: ``git worktree add --detach /tmp/v020 fb1af9e``).
+   fb1af9e: ``git worktree add --detach /tmp/v020 fb1af9e``), and with ``--one-context`` this
+   kbpack's build on one llama.cpp context running all ``--threads`` (0.2.0's way: the
+   ``contexts=1`` build option) beside the default (one context per thread).
 
-The floor is llama-cpp-python alone: one ``Llama`` (embedding, flash attention, the same
-threads, ``OMP_WAIT_POLICY=PASSIVE`` as kbpack sets it), all texts of the corpus sorted by
-length and packed greedily into ``llama_decode`` calls of at most ``--floor-batch`` tokens
-(the fastest of the sizes given, chosen on a sample first), pooled vectors read back and
-normalised. It times embedding only: no extraction, chunking, index or file. Each build is
+The floor is llama-cpp-python alone: ``--contexts`` ``Llama`` objects (default: one per
+thread, each with ``threads // contexts`` threads; embedding, flash attention,
+``OMP_WAIT_POLICY=PASSIVE`` as kbpack sets it), all texts of the corpus sorted by length and
+packed greedily into ``llama_decode`` calls of at most ``--floor-batch`` tokens (the fastest of
+the sizes given, chosen on a sample first, on one context), the calls taken in turn by one
+Python thread per context, pooled vectors read back and normalised. It times embedding only: no extraction, chunking, index or file. Each build is
 timed whole (its ``build()`` call, model load included). Wall and CPU seconds are printed;
 on a shared machine read the CPU ratios. A script: it asserts nothing.
 """
@@ -38,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 
 # 1. the token lists a build embeds (a dry run: nothing embedded; placeholder vectors)
 _TEXTS = """
@@ -79,42 +85,58 @@ print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - 
 
 # 3. the floor: bare llama-cpp-python on the same token lists
 _FLOOR = """
-import json, os, sys, time
+import json, os, sys, threading, time
 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 import numpy as np
 import llama_cpp
 data = json.load(open(sys.argv[1]))
 threads, sizes, sample = int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
+contexts = int(sys.argv[5])
 tokens = sorted(data["tokens"], key=len)
 longest = max(map(len, tokens))
-def load(n):
+def load(n, k=1):
     # room for the longest text, which goes alone when it exceeds the budget n
     n = max(n, -(-longest // 256) * 256)
-    return llama_cpp.Llama(model_path=data["model"], embedding=True, n_ctx=n, n_batch=n,
-                           n_ubatch=n, n_threads=threads, n_threads_batch=threads,
-                           flash_attn=True, verbose=False)
-def run(llm, n, texts):
-    seqs = int(llm.context_params.n_seq_max)
-    out = np.zeros((len(texts), llm.n_embd()), np.float32)
-    batch, used, start = [], 0, 0
-    def decode(batch, start):
-        llm._batch.reset()
-        for s, t in enumerate(batch):
-            llm._batch.add_sequence(t, s, True)
-        llm._ctx.kv_cache_clear()
-        llm._ctx.decode(llm._batch)
-        for s in range(len(batch)):
-            ptr = llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, s)
-            out[start + s] = np.ctypeslib.as_array(ptr, shape=(out.shape[1],))
-    for t in texts:
+    each = max(1, threads // k)
+    return [llama_cpp.Llama(model_path=data["model"], embedding=True, n_ctx=n, n_batch=n,
+                            n_ubatch=n, n_threads=each, n_threads_batch=each,
+                            flash_attn=True, verbose=False) for _ in range(k)]
+def run(llms, n, texts):
+    seqs = int(llms[0].context_params.n_seq_max)
+    out = np.zeros((len(texts), llms[0].n_embd()), np.float32)
+    calls, batch, used, start = [], [], 0, 0
+    for i, t in enumerate(texts):
         if batch and (used + len(t) > n or len(batch) >= seqs):
-            decode(batch, start)
-            start += len(batch)
-            batch, used = [], 0
+            calls.append((start, batch))
+            start, batch, used = i, [], 0
         batch.append(t)
         used += len(t)
     if batch:
-        decode(batch, start)
+        calls.append((start, batch))
+    turn, lock = iter(calls), threading.Lock()
+    def work(llm):
+        while True:
+            with lock:
+                call = next(turn, None)
+            if call is None:
+                return
+            start, batch = call
+            llm._batch.reset()
+            for s, t in enumerate(batch):
+                llm._batch.add_sequence(t, s, True)
+            llm._ctx.kv_cache_clear()
+            llm._ctx.decode(llm._batch)
+            for s in range(len(batch)):
+                ptr = llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, s)
+                out[start + s] = np.ctypeslib.as_array(ptr, shape=(out.shape[1],))
+    if len(llms) == 1:
+        work(llms[0])
+    else:
+        workers = [threading.Thread(target=work, args=(llm,)) for llm in llms]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     out /= np.linalg.norm(out, axis=1, keepdims=True)
     return out
 chosen, trial = sizes[0], {}
@@ -123,20 +145,20 @@ if len(sizes) > 1:
     step = max(1, len(tokens) // sample)
     picks = tokens[::step]
     for n in sizes:
-        llm = load(n)
-        run(llm, n, picks[:8])
+        llms = load(n)
+        run(llms, n, picks[:8])
         c = time.process_time()
-        run(llm, n, picks)
+        run(llms, n, picks)
         trial[n] = time.process_time() - c
-        llm.close()
+        llms[0].close()
     chosen = min(trial, key=trial.get)
-llm = load(chosen)
-run(llm, chosen, tokens[:4])  # warm-up, untimed
+llms = load(chosen, contexts)
+run(llms, chosen, tokens[: 4 * contexts])  # warm-up, untimed
 t, c = time.perf_counter(), time.process_time()
-run(llm, chosen, tokens)
+run(llms, chosen, tokens)
 print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - c,
                   "batch": chosen, "trial_cpu": trial, "texts": len(tokens),
-                  "tokens": sum(map(len, tokens))}))
+                  "contexts": contexts, "tokens": sum(map(len, tokens))}))
 """
 
 
@@ -161,14 +183,28 @@ def child(code: str, pythonpath: Path, args: list[str], tmp: Path) -> dict[str, 
 
 
 def main() -> int:
+    from idle import wait_for_idle
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=ROOT / "fixtures" / "eval" / "corpus")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--contexts", type=int, help="the floor's llama.cpp contexts (default: threads)"
+    )
+    ap.add_argument(
+        "--one-context", action="store_true", help="also kbpack's build on one context (0.2.0's)"
+    )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--baseline", type=Path, help="a kbpack tree (PYTHONPATH), e.g. 0.2.0's")
     ap.add_argument("--floor-batch", default="128,256,512", help="llama_decode token budgets tried")
     ap.add_argument("--sample", type=int, default=400, help="texts to choose the floor batch on")
     ap.add_argument("--keep", type=Path, help="keep kbpack's (first) pack here")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=0.0,
+        help="wait up to this many seconds before each run for --threads idle cores",
+    )
     ap.add_argument("--options", default="{}", help="JSON of extra BuildOptions for kbpack's build")
     args = ap.parse_args()
     corpus = str(args.corpus.resolve())
@@ -185,24 +221,39 @@ def main() -> int:
             f"{time.perf_counter() - t0:.1f}s",
             flush=True,
         )
-        runs: dict[str, list[dict[str, Any]]] = {"kbpack": [], "floor": [], "baseline": []}
+        runs: dict[str, list[dict[str, Any]]] = {
+            "kbpack": [],
+            "floor": [],
+            "baseline": [],
+            "one_context": [],
+        }
         arms = ["kbpack", "floor"] + (["baseline"] if args.baseline else [])
+        arms += ["one_context"] if args.one_context else []
+        contexts = str(args.contexts or args.threads)
         for r in range(args.rounds):
             for arm in arms if r % 2 == 0 else list(reversed(arms)):
+                idle = wait_for_idle(args.threads - 0.2, args.idle_wait) if args.idle_wait else None
                 load = os.getloadavg()[0]
                 if arm == "floor":
                     res = child(
-                        _FLOOR, ROOT, [str(texts), threads, args.floor_batch, str(args.sample)], tmp
+                        _FLOOR,
+                        ROOT,
+                        [str(texts), threads, args.floor_batch, str(args.sample), contexts],
+                        tmp,
                     )
                 else:
                     out = tmp / f"{arm}-{r}.kbpack"
-                    tree = ROOT if arm == "kbpack" else args.baseline.resolve()  # type: ignore[union-attr]
-                    extra = args.options if arm == "kbpack" else "{}"
+                    here = arm in ("kbpack", "one_context")
+                    tree = ROOT if here else args.baseline.resolve()  # type: ignore[union-attr]
+                    extra = args.options if here else "{}"
+                    if arm == "one_context":
+                        extra = json.dumps({**json.loads(extra), "contexts": 1})
                     res = child(_BUILD, tree, [corpus, str(out), threads, extra], tmp)
                     if arm == "kbpack" and args.keep and r == 0:
                         args.keep.write_bytes(out.read_bytes())
                     out.unlink(missing_ok=True)
                 res["load_before"] = load
+                res["idle_cores_before"] = idle
                 runs[arm].append(res)
                 print(f"round {r + 1} {arm}: {json.dumps(res)}", flush=True)
 
@@ -216,6 +267,7 @@ def main() -> int:
         "texts": info["texts"],
         "tokens": info["tokens"],
         "floor_batch": runs["floor"][0]["batch"],
+        "floor_contexts": runs["floor"][0]["contexts"],
     }
     for key in ("wall", "cpu"):
         summary[f"kbpack_{key}_s"] = round(med("kbpack", key), 1)
@@ -225,6 +277,11 @@ def main() -> int:
             summary[f"baseline_{key}_s"] = round(med("baseline", key), 1)
             summary[f"baseline_over_kbpack_{key}"] = round(
                 med("baseline", key) / med("kbpack", key), 3
+            )
+        if args.one_context:
+            summary[f"one_context_{key}_s"] = round(med("one_context", key), 1)
+            summary[f"one_context_over_kbpack_{key}"] = round(
+                med("one_context", key) / med("kbpack", key), 3
             )
     summary["load_average_end"] = os.getloadavg()[0]
     print(json.dumps(summary, indent=1))

@@ -6,6 +6,17 @@ it loads a context above 256 tokens that is not a multiple of 256. So the contex
 from the model (``n_ctx = n_batch = n_ubatch``: ``context_tokens``) and every input is
 tokenized first and cut to the token window explicitly -- counted in ``truncated`` -- before
 llama.cpp sees it.
+
+Data parallel: an ``Embedder`` holds up to ``contexts`` llama.cpp contexts on the one loaded
+model (the weights are shared; each context adds only its compute buffers), each running its
+share of ``threads``. A call's planned decode batches are spread over the free contexts, each
+context in its own thread (ctypes releases the GIL in ``llama_decode``), and concurrent callers
+(a server's request threads) each take free contexts, so ``embed`` may be called from several
+threads at once. Which texts share a batch is decided before (``_plan``), never by the
+contexts, and llama.cpp's result for a batch does not depend on the context or its thread
+count (tests/model/test_contexts.py): the vectors are the same bits however many contexts run.
+Contexts beyond the first are made when a call first needs them: a one-query CLI call makes
+none.
 """
 
 from __future__ import annotations
@@ -13,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import queue
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -45,6 +58,13 @@ __all__ = ["Embedder", "ModelIdentity", "Prefixes", "default_model_path", "sha25
 BATCH_TOKENS = 256
 # Flash attention: 66 vs 79 ms CPU per chunk at 256-token batches, same measurement.
 FLASH_ATTENTION = True
+# A call that is one decode batch of at least this many tokens (a long query) runs on all the
+# embedder's threads while no other call holds a context; shorter ones, and every batch of a
+# call that spreads over several contexts, on one. Alone, two idle cores, 1 vs 2 threads
+# (bench/embed_contexts.py, bench/RESULTS.md): dev questions (~23 tokens) 10.9 vs 12.6 ms and
+# 9.3 vs 11.3; 40-56 tokens mixed; 64 tokens 24.8 vs 19.2, 33.9 vs 26.4 (and a tie, 26.5 vs
+# 26.8); 128 tokens 49.4 vs 37.9; 250 tokens 89.9 vs 53.9. The same bits either way.
+ALL_THREADS_TOKENS = 64
 # llama.cpp (llama-cpp-python 0.3.36) aborts the process (GGML_ASSERT(ggml_can_mul_mat),
 # SIGABRT) while it loads a context of more than this many tokens that is not a multiple of
 # it: 300, 320, 384, 400 and 640 aborted, 64, 100, 200, 256, 512 and 768 did not (tiny BERT
@@ -77,8 +97,6 @@ class BatchCache(Protocol):
 # Told after each decode batch: (the batch's indices into the input, its tokens, whether it
 # came from the cache).
 OnBatch = Callable[[Sequence[int], int, bool], None]
-# fills the rows of one planned batch (input indices) of ``out`` from the token lists
-DecodeBatch = Callable[[list[int], list[list[int]], np.ndarray], None]
 
 
 def available_threads() -> int:
@@ -99,9 +117,20 @@ class Embedder:
 
     ``prefixes`` are what ``embed_documents`` / ``embed_query`` put before each text (None: the
     defaults of the model's family, see kbpack/model/prefixes.py). ``embed`` adds none.
+
+    ``threads`` (default: the available cores) is the CPU threads llama.cpp may use in all;
+    ``contexts`` (default: ``threads``) how many llama.cpp contexts share them, each with
+    ``threads // contexts`` of them. One thread per context is the fastest use of the cores
+    for a build (independent batches, no synchronisation inside a batch) and for a short query
+    (one short batch ran slower on two threads than on one); a call that is one long batch (a
+    long query, ``ALL_THREADS_TOKENS``) runs on all the threads while no other call runs.
+    ``contexts=1`` is kbpack 0.2's single context running all the threads. The vectors are the
+    same bits for every setting.
     """
 
     POOLINGS: tuple[str, ...] = EMBEDDING_POOLINGS  # what identify_gguf accepts
+    # embed/embed_tokens/count_tokens may be called from several threads at once (a pool)
+    concurrent = True
 
     def __init__(
         self,
@@ -109,6 +138,7 @@ class Embedder:
         *,
         threads: int | None = None,
         prefixes: Prefixes | None = None,
+        contexts: int | None = None,
     ) -> None:
         path = Path(model_path) if model_path is not None else default_model_path()
         if not path.is_file():
@@ -123,15 +153,25 @@ class Embedder:
         self._out_width = self.dims  # floats llama.cpp pools per sequence (a reranker: 1)
         self.truncated: int = 0
         self.threads = threads or available_threads()
+        if contexts is not None and contexts < 1:
+            raise ValueError(f"contexts must be 1 or more, not {contexts}")
+        self.contexts: int = min(contexts or self.threads, self.threads)
+        self._context_threads = max(1, self.threads // self.contexts)
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
         self._n_ctx = context_tokens(self.window, positions)
         self._batch_tokens = min(BATCH_TOKENS, self._n_ctx)
         check_hyperparameters(path)  # llama.cpp aborts on some (block_count 0), uncatchably
-        self._llm = _load(path, self._n_ctx, self.threads)
+        self._llm = _load(path, self._n_ctx, self._context_threads)
         n_embd = int(self._llm.n_embd())
         if n_embd != self.dims:
             raise ModelError(f"{path}: llama.cpp reports {n_embd} dims, the header {self.dims}")
         self._max_sequences = int(self._llm.context_params.n_seq_max)
+        # The contexts not in use (the first: the Llama's own); ``_made`` counts all there are.
+        self._idle: list[_Context] = [_Context(self._llm._ctx, self._llm._batch)]
+        self._extra: list[_Context] = []  # the contexts made after the first, closed first
+        self._made = 1
+        self._pool = threading.Condition()
+        self._making = threading.Lock()  # one llama.cpp context created at a time
         _check_special_tokens(path, self._llm)  # before the first tokenize() call
         self._prefix, self._suffix = self._special_layout()
         self.prefixes = (
@@ -144,8 +184,16 @@ class Embedder:
         return {**self.identity.as_dict(), **self.prefixes.as_stamp()}
 
     def close(self) -> None:
-        """Free llama.cpp's model and context now rather than at garbage collection."""
+        """Free llama.cpp's model and contexts now rather than at garbage collection."""
+        for extra in self._extra:
+            extra.close()
+        self._extra.clear()
         self._llm.close()
+
+    @property
+    def contexts_made(self) -> int:
+        """The llama.cpp contexts made so far (they are made when a call first needs them)."""
+        return self._made
 
     def __enter__(self) -> Embedder:
         return self
@@ -208,7 +256,7 @@ class Embedder:
         ``cache`` supplies (and keeps) whole decode batches; ``on_batch`` hears of each batch
         as it is done, so a caller can show progress inside one long call. Neither changes
         which texts share a decode batch, so the vectors are the same bits either way."""
-        out = self._pooled(list(tokenized), self._decoding(cache, on_batch))
+        out = self._pooled(list(tokenized), cache, on_batch)
         if not tokenized:
             return out
         norms = np.linalg.norm(out, axis=1, keepdims=True)
@@ -217,13 +265,36 @@ class Embedder:
         out /= norms
         return out
 
-    def _pooled(self, tokenized: list[list[int]], decode: DecodeBatch | None = None) -> np.ndarray:
+    def _pooled(
+        self,
+        tokenized: list[list[int]],
+        cache: BatchCache | None = None,
+        on_batch: OnBatch | None = None,
+    ) -> np.ndarray:
         """llama.cpp's pooled output, float32 (len(tokenized), width), for token lists that
-        already fit the window, in input order, as few llama_decode calls as fit; ``decode``
-        (default ``_decode``) fills each call's rows."""
+        already fit the window, in input order, as few llama_decode calls as fit.
+
+        ``cache`` supplies (and keeps) whole decode batches; the others are decoded over the
+        free contexts. ``cache`` and ``on_batch`` are used in the calling thread only: the
+        batches the cache holds first, then the decoded ones as each is done."""
         out = np.zeros((len(tokenized), self._out_width), dtype=np.float32)
+        todo: list[list[int]] = []
         for batch in self._plan(tokenized):
-            (decode or self._decode)(batch, tokenized, out)
+            known = cache.lookup([tokenized[i] for i in batch]) if cache is not None else None
+            if known is None:
+                todo.append(batch)
+                continue
+            out[batch] = known
+            if on_batch is not None:
+                on_batch(batch, sum(len(tokenized[i]) for i in batch), True)
+
+        def done(batch: list[int]) -> None:
+            if cache is not None:
+                cache.store([tokenized[i] for i in batch], out[batch])
+            if on_batch is not None:
+                on_batch(batch, sum(len(tokenized[i]) for i in batch), False)
+
+        self._decode_all(todo, tokenized, out, done)
         return out
 
     def batches(self, tokenized: Sequence[list[int]]) -> list[list[list[int]]]:
@@ -253,23 +324,146 @@ class Embedder:
             plan.append(batch)
         return plan
 
-    def _decoding(self, cache: BatchCache | None, on_batch: OnBatch | None) -> DecodeBatch:
-        """``_decode``, taking the batches ``cache`` holds from it (and keeping the new ones
-        there), each batch told to ``on_batch``."""
+    def _decode_all(
+        self,
+        todo: list[list[int]],
+        tokenized: list[list[int]],
+        out: np.ndarray,
+        done: Callable[[list[int]], None],
+    ) -> None:
+        """Decode the batches ``todo`` into ``out``'s rows over as many free contexts as there
+        are batches (up to ``contexts``), ``done`` told of each in the calling thread as it
+        finishes. One context: decoded in the calling thread. Several: one thread each, taking
+        the next batch (longest texts first) as they finish one; an error, or an exception
+        from ``done`` (Ctrl-C), stops them after their current batch and is raised here once
+        all have stopped."""
+        if not todo:
+            return
+        held = self._take(len(todo))
+        try:
+            if len(held) == 1:
+                with self._all_threads_if_alone(held[0], todo, tokenized):
+                    for batch in todo:
+                        self._decode(held[0], batch, tokenized, out)
+                        done(batch)
+                return
+            self._decode_parallel(held, todo, tokenized, out, done)
+        finally:
+            self._give(held)
 
-        def decode_or_reuse(batch: list[int], tokenized: list[list[int]], out: np.ndarray) -> None:
-            seqs = [tokenized[i] for i in batch]
-            known = cache.lookup(seqs) if cache is not None else None
-            if known is not None:
-                out[batch] = known
-            else:
-                self._decode(batch, tokenized, out)
-                if cache is not None:
-                    cache.store(seqs, out[batch])
-            if on_batch is not None:
-                on_batch(batch, sum(map(len, seqs)), known is not None)
+    def _decode_parallel(
+        self,
+        held: list[_Context],
+        todo: list[list[int]],
+        tokenized: list[list[int]],
+        out: np.ndarray,
+        done: Callable[[list[int]], None],
+    ) -> None:
+        # the plan goes from the shortest texts to the longest: the costliest batches first,
+        # so that the contexts finish about together
+        turn = reversed(todo)
+        turn_lock = threading.Lock()
+        stop = threading.Event()
+        finished: queue.SimpleQueue[tuple[list[int], BaseException | None]] = queue.SimpleQueue()
 
-        return decode_or_reuse
+        def work(context: _Context) -> None:
+            while not stop.is_set():
+                with turn_lock:
+                    batch = next(turn, None)
+                if batch is None:
+                    return
+                try:
+                    self._decode(context, batch, tokenized, out)
+                except BaseException as e:  # raised in the caller's thread
+                    finished.put((batch, e))
+                    return
+                finished.put((batch, None))
+
+        workers = [
+            threading.Thread(target=work, args=(c,), name="kbpack-embed", daemon=True) for c in held
+        ]
+        started: list[threading.Thread] = []
+        try:
+            for w in workers:
+                w.start()
+                started.append(w)
+            for _ in todo:
+                batch, error = finished.get()
+                if error is not None:
+                    raise error
+                done(batch)
+        finally:
+            stop.set()
+            for w in started:
+                w.join()  # a context goes back to the pool only once its decode is over
+
+    @contextlib.contextmanager
+    def _all_threads_if_alone(
+        self, context: _Context, todo: list[list[int]], tokenized: list[list[int]]
+    ) -> Iterator[None]:
+        """Run ``context`` on all ``threads`` meanwhile if ``todo`` is one long batch and no
+        other call holds a context (``ALL_THREADS_TOKENS``)."""
+        with self._pool:
+            alone = self._made - len(self._idle) == 1
+        long = len(todo) == 1 and sum(len(tokenized[i]) for i in todo[0]) >= ALL_THREADS_TOKENS
+        if not (alone and long and self.threads > self._context_threads):
+            yield
+            return
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(context.ctx.ctx, self.threads, self.threads)
+        try:
+            yield
+        finally:
+            n = self._context_threads
+            llama_cpp.llama_set_n_threads(context.ctx.ctx, n, n)
+
+    def _take(self, want: int) -> list[_Context]:
+        """Up to ``want`` contexts, at least one: the idle ones, then new ones while fewer
+        than ``contexts`` exist; waits while all are in use. A context that cannot be made
+        (memory) caps ``contexts`` at those there are, unless there would be none to use."""
+        with self._pool:
+            while not self._idle and self._made >= self.contexts:
+                self._pool.wait()
+            held = [self._idle.pop() for _ in range(min(want, len(self._idle)))]
+            making = min(want - len(held), self.contexts - self._made)
+            self._made += making
+        try:
+            for _ in range(making):
+                held.append(self._new_context())
+                making -= 1
+        except ModelError:
+            with self._pool:
+                self._made -= making
+                self.contexts = self._made
+                self._pool.notify_all()
+            if not held:
+                raise
+        return held
+
+    def _give(self, held: list[_Context]) -> None:
+        with self._pool:
+            self._idle.extend(held)
+            self._pool.notify_all()
+
+    def _new_context(self) -> _Context:
+        """Another llama.cpp context on the loaded model, as the first one was made."""
+        import llama_cpp
+        from llama_cpp import _internals
+
+        llm = self._llm
+        params = type(llm.context_params).from_buffer_copy(llm.context_params)
+        with self._making, _log_discarded(llama_cpp):
+            try:
+                ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
+            except (ValueError, RuntimeError, OSError) as e:
+                raise ModelError(f"{self.path}: llama.cpp cannot make another context ({e})") from e
+            batch = _internals.LlamaBatch(
+                n_tokens=llm.n_batch, embd=0, n_seq_max=params.n_ctx, verbose=False
+            )
+            context = _Context(ctx, batch)
+            self._extra.append(context)
+        return context
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """``embed`` of each text behind the document prefix."""
@@ -283,29 +477,31 @@ class Embedder:
         """float32 (dims,) unit vector of ``query`` behind the query prefix."""
         return self.embed([self.prefixes.query + query])[0]
 
-    def _decode(self, batch: list[int], tokenized: list[list[int]], out: np.ndarray) -> None:
+    def _decode(
+        self, context: _Context, batch: list[int], tokenized: list[list[int]], out: np.ndarray
+    ) -> None:
         import llama_cpp
 
-        llm = self._llm
         sizes = [len(tokenized[i]) for i in batch]
         # The last guard before C code that aborts the process instead of raising.
         if sum(sizes) > self._n_ctx or max(sizes) > self.window or len(batch) > self._max_sequences:
             raise ModelError(f"{self.path}: internal error: batch {sizes} exceeds {self._n_ctx}")
-        llm._batch.reset()
+        ctx, lbatch = context.ctx, context.batch
+        lbatch.reset()
         for seq, i in enumerate(batch):
-            llm._batch.add_sequence(tokenized[i], seq, True)
-        llm._ctx.kv_cache_clear()
+            lbatch.add_sequence(tokenized[i], seq, True)
+        ctx.kv_cache_clear()
         _llama_errors.clear()
         try:
-            llm._ctx.decode(llm._batch)
+            ctx.decode(lbatch)
         except RuntimeError as e:
             raise ModelError(
                 f"{self.path}: llama.cpp failed to embed ({_last_error() or e})"
             ) from e
         finally:
-            llm._batch.reset()
+            lbatch.reset()
         for seq, i in enumerate(batch):
-            ptr = llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, seq)
+            ptr = llama_cpp.llama_get_embeddings_seq(ctx.ctx, seq)
             if not ptr:
                 raise ModelError(f"{self.path}: llama.cpp returned no pooled embedding")
             out[i] = np.ctypeslib.as_array(ptr, shape=(self._out_width,))
@@ -329,6 +525,21 @@ class Embedder:
         while prefix < len(empty) and prefix < len(probe) and empty[prefix] == probe[prefix]:
             prefix += 1
         return prefix, len(empty) - prefix
+
+
+class _Context:
+    """One llama.cpp context of an ``Embedder`` and the batch it decodes from; used by one
+    thread at a time (the pool hands it out)."""
+
+    __slots__ = ("batch", "ctx")
+
+    def __init__(self, ctx: Any, batch: Any) -> None:
+        self.ctx = ctx
+        self.batch = batch
+
+    def close(self) -> None:
+        self.batch.close()
+        self.ctx.close()
 
 
 def _load(path: Path, n_ctx: int, threads: int) -> Any:

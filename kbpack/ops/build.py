@@ -51,6 +51,9 @@ class BuildOptions:
     max_chars: int | None = None
     overlap: int = 0
     threads: int | None = None
+    # llama.cpp contexts sharing ``threads`` (kbpack.model.embedder.Embedder); None: one per
+    # thread, the fastest; 1: a single context running all the threads (kbpack 0.2)
+    contexts: int | None = None
     shard: tuple[int, int] | None = None  # (I, N): only the documents of shard I of N
     # None: the model family's default (kbpack/model/prefixes.py); "" turns a default off.
     query_prefix: str | None = None
@@ -223,7 +226,7 @@ def build_from(
         from kbpack.model.embedder import Embedder
         from kbpack.model.prefixes import override
 
-        embedder = Embedder(opts.model, threads=opts.threads)
+        embedder = Embedder(opts.model, threads=opts.threads, contexts=opts.contexts)
         embedder.prefixes = override(embedder.prefixes, opts.query_prefix, opts.doc_prefix)
     cache = _open_cache(embedder, opts.embed_cache_max, readonly=dry is not None)
     t = timer.add("load", t)

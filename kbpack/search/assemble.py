@@ -37,8 +37,8 @@ def assemble(
       ``load_model=False``: none, lexical-only;
     * ``background``: load the model in a worker thread while the first search does its other
       work (one pack: the CLI and ``kbpack.open``);
-    * ``shared``: a server's embedders by model hash: one per model, its calls serialised
-      (llama.cpp contexts are not thread-safe), and a note for a pack without vectors;
+    * ``shared``: a server's embedders by model hash: one per model, shared by the request
+      threads (``SerialEmbedder``), and a note for a pack without vectors;
     * ``corpora``: each pack's corpus, already open (a server's set reuses its packs');
     * ``notes``: said after the model's notes (a set's membership notes).
     """
@@ -114,13 +114,20 @@ def _embedder(
 
 
 class SerialEmbedder:
-    """An embedder whose calls run one at a time (llama.cpp contexts are not thread-safe)."""
+    """A server's embedder, shared by its request threads.
+
+    An ``Embedder`` is a pool of llama.cpp contexts (kbpack/model/embedder.py): each call takes
+    free ones, so up to ``contexts`` requests embed at once, with the vectors of a lone call.
+    Calls to an embedder without a pool (no true ``concurrent`` attribute) run one at a time,
+    as llama.cpp contexts are not thread-safe."""
 
     def __init__(self, inner: Any) -> None:
+        import contextlib
         import threading
 
         self._inner = inner
-        self._lock = threading.Lock()
+        pooled = bool(getattr(inner, "concurrent", False))
+        self._lock: Any = contextlib.nullcontext() if pooled else threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> Any:
         with self._lock:
