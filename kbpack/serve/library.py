@@ -10,8 +10,9 @@ copy of the vectors where ``vector_memory_mb`` allows, ``Bf16Rows``, else the st
 rows). Either way each request's answer is the one it gets alone, bit for bit, and the one
 ``kbpack query`` gives (tests/search/test_search_batch.py). No lock is held around a search: a
 ``Searcher`` keeps no per-query state, its lazy reads are guarded where they are made (or are
-idempotent), a llama.cpp context (not thread-safe) is wrapped so its calls run one at a time
-(``SerialEmbedder``), and h5py serialises its own calls.
+idempotent), the embedder gives each concurrent call a llama.cpp context of its own (one per
+core, ``kbpack.model.embedder``; a context is not thread-safe), and h5py serialises its own
+calls.
 """
 
 from __future__ import annotations
