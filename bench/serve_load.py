@@ -141,7 +141,7 @@ def serve_run(
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kbpack", "serve", str(pack), "--port", "0", "--json"]
+        [sys.executable, "-m", "kbpack", "serve", str(pack.resolve()), "--port", "0", "--json"]
         + ([] if pythonpath else ["--vector-memory", str(args.vector_memory)]),
         stdout=subprocess.PIPE,
         text=True,
