@@ -50,6 +50,20 @@ MAX_K = 50
 VECTOR_MEMORY_MB = 1024
 
 
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# How many requests run their own steps (``Searcher.begin`` / ``end``, mostly Python, under the
+# GIL) at once, in all: one per core. 32 clients' threads all running them took turns with the
+# GIL every 5 ms and finished together late: HTTP p99 3.5 s against 1.3 s with this gate, for the
+# same requests per second (bench/RESULTS.md "Serve in batches").
+_STEPS = threading.BoundedSemaphore(_cores())
+
+
 class Batches:
     """Runs the dense stage of a searcher's concurrent requests in batches, without a fixed
     wait: the first request starts a worker thread; every request queued while a batch runs
@@ -71,7 +85,8 @@ class Batches:
 
     def search(self, request: SearchRequest) -> SearchResponse:
         searcher = self.searcher
-        q = searcher.begin(request)
+        with _STEPS:
+            q = searcher.begin(request)
         if q.dense_wanted and searcher.embedder is not None:
             # the query is embedded here, in the caller's thread, alone (the vector a lone
             # search embeds), while the batch before it runs: the model and the scan of the
@@ -85,7 +100,8 @@ class Batches:
             if start:
                 threading.Thread(target=self._work, daemon=True, name="kbpack-search").start()
             done.result()
-        return searcher.end(request, q)
+        with _STEPS:
+            return searcher.end(request, q)
 
     def _work(self) -> None:
         while True:
