@@ -83,7 +83,7 @@ def text_argument() -> Any:
 
 JSON_HELP = "Machine-readable JSON on stdout."
 FORCE_HELP = "Replace an existing file that is not a pack, or a symlink's target (never an input)."
-THREADS_HELP = "Embedding threads (default: all cores; 1 on a busy machine)."
+THREADS_HELP = "Embedding threads, one llama.cpp context each (default: all cores)."
 
 
 def json_option(help: str = JSON_HELP) -> Any:
