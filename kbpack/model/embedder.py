@@ -99,6 +99,13 @@ class BatchCache(Protocol):
 OnBatch = Callable[[Sequence[int], int, bool], None]
 
 
+# Contexts made by default at most: each holds its own compute buffers (~37 MB on MiniLM with a
+# 256-token context, more for a model of a longer window), so a 64-core machine gets 16
+# contexts of 4 threads (~0.6 GB on MiniLM) rather than 64 of one (2.4 GB). Not measured
+# beyond 2 cores: a memory bound, not a tuned speed.
+MAX_CONTEXTS = 16
+
+
 def available_threads() -> int:
     """CPUs this process may run on (cgroup/affinity aware), not the machine's total."""
     try:
@@ -119,11 +126,12 @@ class Embedder:
     defaults of the model's family, see kbpack/model/prefixes.py). ``embed`` adds none.
 
     ``threads`` (default: the available cores) is the CPU threads llama.cpp may use in all;
-    ``contexts`` (default: ``threads``) how many llama.cpp contexts share them, each with
-    ``threads // contexts`` of them. One thread per context is the fastest use of the cores
-    for a build (independent batches, no synchronisation inside a batch) and for a short query
-    (one short batch ran slower on two threads than on one); a call that is one long batch (a
-    long query, ``ALL_THREADS_TOKENS``) runs on all the threads while no other call runs.
+    ``contexts`` (default: ``threads``, at most ``MAX_CONTEXTS``) how many llama.cpp contexts
+    share them, each with ``threads // contexts`` of them. One thread per context is the
+    fastest use of the cores for a build (independent batches, no synchronisation inside a
+    batch) and for a short query (one short batch ran slower on two threads than on one); a
+    call that is one long batch (a long query, ``ALL_THREADS_TOKENS``) runs on all the threads
+    while no other call runs.
     ``contexts=1`` is kbpack 0.2's single context running all the threads. The vectors are the
     same bits for every setting.
     """
@@ -155,7 +163,7 @@ class Embedder:
         self.threads = threads or available_threads()
         if contexts is not None and contexts < 1:
             raise ValueError(f"contexts must be 1 or more, not {contexts}")
-        self.contexts: int = min(contexts or self.threads, self.threads)
+        self.contexts: int = min(contexts or min(self.threads, MAX_CONTEXTS), self.threads)
         self._context_threads = max(1, self.threads // self.contexts)
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
         self._n_ctx = context_tokens(self.window, positions)

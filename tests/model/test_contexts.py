@@ -224,3 +224,20 @@ def test_the_default_model_gives_the_same_bits_on_contexts(default_model: Path) 
     for t in callers:
         t.join()
     assert halves == {0: want, 1: want}
+
+
+def test_the_default_contexts_are_capped_on_a_many_core_machine(tiny_model: Path) -> None:
+    """64 threads by default: 16 contexts of 4 threads each (memory), not 64 of one; a caller
+    may still ask for more."""
+    from kbpack.model.embedder import MAX_CONTEXTS
+
+    e = Embedder(tiny_model, threads=64)
+    try:
+        assert e.contexts == MAX_CONTEXTS == 16 and e.contexts_made == 1
+    finally:
+        e.close()
+    e = Embedder(tiny_model, threads=64, contexts=32)
+    try:
+        assert e.contexts == 32
+    finally:
+        e.close()
