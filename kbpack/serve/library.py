@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from kbpack.errors import KbpackError, PackError, UsageError, describe
+from kbpack.model.embedder import available_threads
 from kbpack.pack import format as F
 from kbpack.pack.checks import FileState, held_path
 from kbpack.pack.read import PackReader
@@ -50,18 +51,11 @@ MAX_K = 50
 VECTOR_MEMORY_MB = 1024
 
 
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 # How many requests run their own steps (``Searcher.begin`` / ``end``, mostly Python, under the
 # GIL) at once, in all: one per core. 32 clients' threads all running them took turns with the
 # GIL every 5 ms and finished together late: HTTP p99 3.5 s against 1.3 s with this gate, for the
 # same requests per second (bench/RESULTS.md "Serve in batches").
-_STEPS = threading.BoundedSemaphore(_cores())
+_STEPS = threading.BoundedSemaphore(available_threads())
 
 
 class Batches:
