@@ -90,11 +90,7 @@ def rounded_chunk_scores(
         score = (cos + PIECE_WEIGHT * best) / (1.0 + PIECE_WEIGHT)
     else:
         cos = cos.copy()  # score and cos are patched apart (the same array without pieces)
-
-    def rescore(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return exact_scores(chunk_vectors, q, pieces, ids, rows_of)
-
-    return DenseScores(score, cos, error, rescore)
+    return DenseScores(score, cos, error, _rescorer(chunk_vectors, q, pieces))
 
 
 def rounded_chunk_scores_many(
