@@ -136,13 +136,15 @@ def serve_run(
     clients: int,
     args: argparse.Namespace,
     pythonpath: str | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     proc = subprocess.Popen(
         [sys.executable, "-m", "kbpack", "serve", str(pack.resolve()), "--port", "0", "--json"]
-        + ([] if pythonpath else ["--vector-memory", str(args.vector_memory)]),
+        + ([] if pythonpath else ["--vector-memory", str(args.vector_memory)])
+        + ([] if workers is None else ["--workers", str(workers)]),
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -158,7 +160,9 @@ def serve_run(
         # thread on the first batch: ~1 s at 100k chunks with pieces here)
         load(base, texts[:8], mode, 8, 8.0, 400, None)
         out = load(base, texts, mode, clients, args.seconds, args.max_requests, None)
+        out["workers"] = info.get("workers", 1)
         out["peak_rss_mb"] = peak_rss_mb(proc.pid)
+        out["pss_mb"] = tree_pss_mb(proc.pid)
         return out
     finally:
         proc.send_signal(2)
@@ -176,6 +180,23 @@ def peak_rss_mb(pid: int) -> float | None:
     except OSError:
         pass
     return None
+
+
+def tree_pss_mb(pid: int) -> float | None:
+    """Proportional set size of the server and its workers, now (the end of the run): pages
+    the workers share (the vectors' copies made before the fork) counted once in all."""
+    total, todo = 0, [pid]
+    try:
+        while todo:
+            p = todo.pop()
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            todo.extend(int(k) for k in kids)
+    except OSError:
+        return None
+    return round(total / 1024, 1)
 
 
 def library_run(
@@ -352,6 +373,12 @@ def main() -> int:
     ap.add_argument(
         "--vector-memory", type=int, default=1024, help="MB of bfloat16 copies (serve's option)"
     )
+    ap.add_argument(
+        "--workers", type=int, default=None, help="serve's --workers (default: serve's default)"
+    )
+    ap.add_argument(
+        "--one-worker", action="store_true", help="also serve with --workers 1 in the same run"
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-requests", type=int, default=20000)
     ap.add_argument("--json", action="store_true")
@@ -380,7 +407,12 @@ def main() -> int:
                 body = json.dumps({"pack": pack.stem, **p.search(texts[0], mode=mode).as_dict()})
             lib = library_run(pack, texts, mode, args.seconds, args.max_requests)
             for clients in args.clients:
-                serve = serve_run(pack, texts, mode, clients, args)
+                serve = serve_run(pack, texts, mode, clients, args, workers=args.workers)
+                one = (
+                    serve_run(pack, texts, mode, clients, args, workers=1)
+                    if args.one_worker
+                    else None
+                )
                 peer = (
                     serve_run(pack, texts, mode, clients, args, args.peer_pythonpath)
                     if args.peer_pythonpath
@@ -413,10 +445,13 @@ def main() -> int:
                         "serve": serve,
                         "library": lib,
                         "peer_serve": peer,
+                        "one_worker": one,
                         "in_process_batched": inproc,
                         "http_server": floor,
                         "serve_vs_library": ratio(serve, lib),
                         "serve_vs_peer_serve": ratio(serve, peer),
+                        "serve_vs_one_worker": ratio(serve, one),
+                        "one_worker_vs_library": ratio(one, lib) if one else None,
                         "serve_vs_http_server": ratio(serve, floor),
                     }
                 )
@@ -436,10 +471,18 @@ def render(row: dict[str, Any]) -> str:
     s, lib, fl, peer = row["serve"], row["library"], row["http_server"], row["peer_serve"]
     out = (
         f"{row['pack']} {row['mode']}, {row['clients']} clients: "
-        f"serve {s['rps']} req/s (p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms, "
-        f"{s['errors']} errors of {s['requests']}, peak RSS {s['peak_rss_mb']} MB) | "
+        f"serve ({s['workers']} workers) {s['rps']} req/s (p50 {s['p50_ms']} ms, p99 "
+        f"{s['p99_ms']} ms, {s['errors']} errors of {s['requests']}, peak RSS "
+        f"{s['peak_rss_mb']} MB, PSS {s['pss_mb']} MB) | "
         f"library {lib['rps']}/s (p99 {lib['p99_ms']} ms) -> {row['serve_vs_library']}x"
     )
+    one = row["one_worker"]
+    if one:
+        out += (
+            f" | serve --workers 1 {one['rps']} req/s (p99 {one['p99_ms']} ms, PSS "
+            f"{one['pss_mb']} MB) -> {row['one_worker_vs_library']}x the library; "
+            f"{row['serve_vs_one_worker']}x"
+        )
     if peer:
         out += (
             f" | peer serve {peer['rps']} req/s (p50 {peer['p50_ms']} ms, p99 {peer['p99_ms']} "

@@ -186,11 +186,17 @@ class Served:
         return {**self.status, "level": checks.level, "checks": checks.as_dict()}
 
     @property
-    def notes(self) -> list[str]:
+    def change(self) -> str | None:
+        """Why the file at the path is not the one served (being checked, or refused)."""
         change = self.change_note
         if change is None and self.pending is not None:
             change = f"{self.path} changed on disk: the new file is being checked; until it "
             change += "passes, the file checked before is served"
+        return change
+
+    @property
+    def notes(self) -> list[str]:
+        change = self.change
         return [*self.searcher.notes, *([change] if change else [])]
 
     @property
@@ -267,6 +273,7 @@ class Library:
         self._embedders: dict[str, tuple[Any, list[str]]] = {}
         self._retired: list[PackReader] = []  # replaced files: a request may still read them
         self._swap = threading.Lock()
+        self._board: Any = None  # a worker's notes from its supervisor (``follow``)
         try:
             for name, path in zip(unique_names(paths), paths, strict=True):
                 reader, searcher, status = self._open(Path(path))
@@ -315,10 +322,20 @@ class Library:
             raise
         return reader, searcher, status
 
+    def follow(self, board: Any) -> None:
+        """In a worker of ``kbpack serve --workers``: its supervisor checks changed files
+        (``kbpack.serve.workers``); ``refresh`` only shows the supervisor's notes."""
+        self._board = board
+
     def refresh(self) -> list[threading.Thread]:
         """Notice packs whose file changed at their path; check each new file in a thread.
         Costs one ``stat`` per pack, so every request calls it. Returns the threads started."""
         started: list[threading.Thread] = []
+        if self._board is not None:
+            notes = self._board.read()
+            for p in self.packs.values():
+                p.change_note = notes.get(p.name)
+            return started
         for p in list(self.packs.values()):
             now = p.reader.changed()
             if now is None or now == p.pending:

@@ -3,6 +3,7 @@ with it (the serving options, the library of packs, the asker)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -126,6 +127,13 @@ def asker(library: Any, kw: dict[str, Any], say: Any = None) -> Any:
     help="Access token, required for a non-loopback --host (one is generated when omitted).",
 )
 @flag("--open", "open_browser", help="Open the page in a browser.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Server processes, forked from the one checked set of packs (default: one per core, "
+    "at most 8, on Linux; 1 elsewhere). One process answers on about one core.",
+)
 @serving_options
 @quiet_option()
 @json_option()
@@ -135,6 +143,7 @@ def serve(
     port: int,
     token: str | None,
     open_browser: bool,
+    workers: int | None,
     quiet: bool,
     as_json: bool,
     **kw: Any,
@@ -149,10 +158,15 @@ def serve(
 
     import uvicorn
 
+    from kbpack.runtime.terminal import printable
     from kbpack.serve.guard import is_loopback
     from kbpack.serve.web import create_app
+    from kbpack.serve.workers import Workers, default_workers, worker_server
 
     check_llm(kw["llm"])
+    count = workers or default_workers()
+    if count > 1 and not hasattr(os, "fork"):
+        raise UsageError(f"--workers {count}: this system cannot fork processes; give --workers 1")
     loopback = is_loopback(host)
     if not loopback and not token:
         token = secrets.token_urlsafe(24)
@@ -190,6 +204,7 @@ def serve(
                     "port": bound,
                     "token": token,
                     "llm": answers.identity(),  # the chat model ask uses, or null
+                    "workers": count,
                     "packs": [
                         {"name": p.name, "path": str(p.path), "verify": p.verify}
                         for p in library.packs.values()
@@ -205,6 +220,8 @@ def serve(
                     say(f"    note: {note}")
             if answers.model is not None:
                 say(f"  chat model: {answers.model.name} (sha256 {answers.model.sha256[:12]}...)")
+            if count > 1:
+                say(f"  {count} server processes")
             echo(f"kbpack serve: {url}")
             say("Ctrl-C stops the server")
             sys.stdout.flush()
@@ -213,10 +230,19 @@ def serve(
 
             webbrowser.open(url)
         app = create_app(library, token=token, loopback=loopback, asker=answers)
-        config = uvicorn.Config(
-            app, log_level="warning", access_log=False, timeout_graceful_shutdown=5
-        )
-        uvicorn.Server(config).run(sockets=[sock])
+        config: dict[str, Any] = {
+            "log_level": "warning",
+            "access_log": False,
+            "timeout_graceful_shutdown": 5,
+        }
+        if count == 1:
+            uvicorn.Server(uvicorn.Config(app, **config)).run(sockets=[sock])
+        else:
+            # stderr always: a worker that died is news whether or not a terminal watches
+            def log(line: str) -> None:
+                print(printable(line), file=sys.stderr, flush=True)
+
+            Workers(library, worker_server(app, sock, config), count, log).run()
     finally:
         library.close()
     return Exit.OK
