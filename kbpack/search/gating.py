@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kbpack.search.absent import NEAR_DISTANCE, deciding_words
-from kbpack.text.analyze import STEM_MARK, analyzer, tokenize
+from kbpack.text.analyze import STEM_MARK, analyzer, normalize, tokenize
 from kbpack.text.stopwords import ENGLISH, ITALIAN, STOPWORDS
 
 if TYPE_CHECKING:
@@ -97,6 +97,12 @@ class IdentifierGate:
     weights: tuple[tuple[str, float], ...]
 
     def opens(self, content: str) -> bool:
+        # every token of a text is a substring of its normalised form (``tokenize``): a code
+        # token that is not one is not among its tokens, and most candidates of a search are
+        # turned away here without running the tokenizer's regular expression over them
+        text = normalize(content)
+        if not all(t in text for code in self.codes for t in tokenize(code)):
+            return False
         tokens = set(tokenize(content))
         if not all(set(tokenize(code)) <= tokens for code in self.codes):
             return False

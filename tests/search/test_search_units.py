@@ -102,6 +102,56 @@ def test_identifier_gate_needs_the_identifier_to_carry_the_question() -> None:
     assert not busy.opens("SQLITE_BUSYNESS is not a code")  # whole tokens only
 
 
+def test_identifier_gate_turns_away_early_exactly_as_the_tokenizer_would() -> None:
+    """``opens`` first looks for each code token in the normalised text (a cheap filter, exact
+    because every token is a substring of it): the same answers as comparing token sets alone,
+    through case folding, compatibility forms, joiners, sigils, CJK and 64-character cuts."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kbpack.search.gating import EVIDENCE_SHARE
+    from kbpack.search.searcher import IdentifierGate
+    from kbpack.text.analyze import tokenize
+
+    def by_tokens(gate: IdentifierGate, content: str) -> bool:  # the rule, written plainly
+        tokens = set(tokenize(content))
+        if not all(set(tokenize(code)) <= tokens for code in gate.codes):
+            return False
+        total = sum(w for _, w in gate.weights)
+        return sum(w for t, w in gate.weights if t in tokens) >= EVIDENCE_SHARE * total
+
+    parts = [
+        "E-102",
+        "e_102",
+        "Ｅ－１０２",
+        "STRASSE",
+        "straße",
+        "--strict",
+        "-x",
+        "$HOME",
+        "東京都",
+        "İstanbul",
+        "ﬁle",
+        "x" * 70,
+        "os.path.join",
+        " ",
+        ".",
+        "\n",
+        "102",
+    ]
+    texts = st.lists(st.sampled_from(parts), max_size=8).map(" ".join)
+    texts = texts | st.text(max_size=40)
+
+    @settings(max_examples=400, deadline=None)
+    @given(codes=st.lists(st.sampled_from(parts[:13]), min_size=1, max_size=2), content=texts)
+    def check(codes: list[str], content: str) -> None:
+        weights = tuple((t, 1.0) for code in codes for t in tokenize(code)[:1])
+        gate = IdentifierGate(codes=tuple(codes), weights=weights)
+        assert gate.opens(content) == by_tokens(gate, content)
+
+    check()
+
+
 def test_content_terms_leave_stopwords_out() -> None:
     from kbpack.search.searcher import content_terms
 
