@@ -139,3 +139,34 @@ def test_one_worker_is_the_single_process_server(pack: Path) -> None:
         assert fresh_get(s, {"q": "centrifugal pump", "mode": "bm25"})["results"]
     finally:
         assert s.stop() == 130
+
+
+def test_served_connections_send_without_waiting_for_an_ack() -> None:
+    """The socket serve binds makes asyncio turn Nagle's algorithm off on every connection it
+    accepts (TCP_NODELAY): a socket made with protocol 0 did not get it, and each response,
+    written as headers then body, waited ~40 ms for the client's delayed ACK."""
+    import asyncio
+    import socket
+
+    from kbpack.cli.commands.serve import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    seen: list[int] = []
+
+    async def main() -> None:
+        class Note(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                conn = transport.get_extra_info("socket")
+                seen.append(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Note, sock=sock)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        while not seen:
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+
+    asyncio.run(asyncio.wait_for(main(), POLL_S))
+    assert seen and seen[0] != 0

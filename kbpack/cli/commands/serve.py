@@ -111,6 +111,31 @@ def asker(library: Any, kw: dict[str, Any], say: Any = None) -> Any:
     return Asker(library, kw["llm"], max_tokens=kw["max_tokens"], context=kw["context"])
 
 
+def listening_socket(host: str, port: int) -> Any:
+    """The server's socket, bound and listening: before the URL is printed, so that a client
+    that reads it and connects at once waits in the backlog instead of being refused while the
+    server starts (seen under load).
+
+    Made with ``IPPROTO_TCP`` named: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    connections whose socket says so, and one made with protocol 0 did not. Every response
+    (headers, then body: two writes) then waited for the client's delayed ACK: ~40 ms added to
+    each request, 44 ms for the stylesheet and 82 ms instead of 39 for a hybrid search."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UsageError(
+            f"cannot listen on {host}:{port} ({e.strerror}): choose another --port"
+        ) from e
+    sock.listen(2048)
+    return sock
+
+
 @click.command()
 @packs_argument()
 @signature_options()
@@ -154,8 +179,6 @@ def serve(
     """
     for m in ("starlette", "uvicorn", "jinja2"):
         needs(m)
-    import socket
-
     import uvicorn
 
     from kbpack.runtime.terminal import printable
@@ -181,18 +204,7 @@ def serve(
     try:
         answers = asker(library, kw, progress)
         # bind first (port 0 picks a free port) so the printed URL is the real one
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:
-            raise UsageError(
-                f"cannot listen on {host}:{port} ({e.strerror}): choose another --port"
-            ) from e
-        # listen before the URL is printed: a client that reads it and connects at once
-        # waits in the backlog instead of being refused while the server starts (seen under load)
-        sock.listen(2048)
+        sock = listening_socket(host, port)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{bound}/" + (f"?token={token}" if token else "")
