@@ -291,7 +291,10 @@ class Workers:
 
     # -- a worker -----------------------------------------------------------------------------
     def _fork(self) -> int:
-        alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+        for t in others:  # (a thread that is ending: a check's, a browser's launcher)
+            t.join(timeout=STOP_S)
+        alive = [t.name for t in others if t.is_alive()]
         if alive:  # a bug, not a user error: a fork now could deadlock the worker
             raise KbpackError(f"kbpack serve: cannot fork a worker while threads run ({alive})")
         sys.stdout.flush()
