@@ -13,6 +13,10 @@ For each pack and mode, measured in the same run, one after the other:
   dense pass over the vectors per batch).
 * **peer server** (``--peer-pythonpath DIR``): the same ``kbpack serve`` run from another
   checkout (e.g. the commit before batching), same clients, in the same run.
+* **one worker** (``--one-worker``): ``kbpack serve --workers 1`` in the same run, against the
+  default (one process per core) or ``--workers N``. The memory column is the PSS of the server
+  and its workers at the end of the run (what they share, the vectors' copies made before the
+  fork, counted once), beside the largest process's peak RSS.
 * **http.server** (peer: the HTTP floor): Python's ThreadingHTTPServer answering every request
   with a fixed JSON body of the same size, same clients. Ratio serve / http.server: how much of
   a do-nothing server's rate is left after the search itself.
