@@ -89,6 +89,8 @@ import json, os, sys, threading, time
 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 import numpy as np
 import llama_cpp
+from kbpack.model.llama_backend import load_cpu_backend
+load_cpu_backend(llama_cpp)  # a runtime-dispatch build (--lib) loads its CPU library first
 data = json.load(open(sys.argv[1]))
 threads, sizes, sample = int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
 contexts = int(sys.argv[5])
@@ -162,13 +164,17 @@ print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - 
 """
 
 
-def child(code: str, pythonpath: Path, args: list[str], tmp: Path) -> dict[str, Any]:
+def child(
+    code: str, pythonpath: Path, args: list[str], tmp: Path, lib: Path | None = None
+) -> dict[str, Any]:
     cache = tmp / f"cache-{time.monotonic_ns()}"
     cache.mkdir()
     models = Path(os.environ.get("KBPACK_CACHE_DIR", Path.home() / ".cache/kbpack")) / "models"
     models.mkdir(parents=True, exist_ok=True)
     (cache / "models").symlink_to(models)
     env = {**os.environ, "PYTHONPATH": str(pythonpath), "KBPACK_CACHE_DIR": str(cache)}
+    if lib is not None:  # llama-cpp-python loads libllama from here (LLAMA_CPP_LIB_PATH)
+        env["LLAMA_CPP_LIB_PATH"] = str(lib.resolve())
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
@@ -206,6 +212,13 @@ def main() -> int:
         help="wait up to this many seconds before each run for --threads idle cores",
     )
     ap.add_argument("--options", default="{}", help="JSON of extra BuildOptions for kbpack's build")
+    ap.add_argument(
+        "--lib",
+        type=Path,
+        help="llama.cpp libraries for this kbpack's builds and the floor (e.g. the runtime-"
+        "dispatch wheel's llama_cpp/lib, what make install now builds); the baseline keeps the "
+        "installed build (0.2.0's, linked for AVX2)",
+    )
     args = ap.parse_args()
     corpus = str(args.corpus.resolve())
     threads = str(args.threads)
@@ -240,6 +253,7 @@ def main() -> int:
                         ROOT,
                         [str(texts), threads, args.floor_batch, str(args.sample), contexts],
                         tmp,
+                        args.lib,
                     )
                 else:
                     out = tmp / f"{arm}-{r}.kbpack"
@@ -248,7 +262,8 @@ def main() -> int:
                     extra = args.options if here else "{}"
                     if arm == "one_context":
                         extra = json.dumps({**json.loads(extra), "contexts": 1})
-                    res = child(_BUILD, tree, [corpus, str(out), threads, extra], tmp)
+                    lib = args.lib if here else None
+                    res = child(_BUILD, tree, [corpus, str(out), threads, extra], tmp, lib)
                     if arm == "kbpack" and args.keep and r == 0:
                         args.keep.write_bytes(out.read_bytes())
                     out.unlink(missing_ok=True)
