@@ -189,3 +189,28 @@ def test_a_damaged_manifest_key_is_one_line(pack: Path, tmp_path: Path, command:
         f"kbpack: error: {bad}: the manifest is damaged (counts lack documents_skipped; name "
         f"unknown documents_syipped); run kbpack verify {bad}, then copy the pack again"
     ]
+
+
+def test_documents_texts_kept_within_a_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running reader (a server's worker) keeps at most TEXT_CACHE_CHARS of documents'
+    texts, least recently used out first; a text read again is read and checked again, and is
+    the same text."""
+    import kbpack.pack.read_strings as strings
+    from tests.packs import markdown_doc, write_pack
+
+    texts = [f"# Doc {i}\n\n" + f"word{i} " * (100 + i) for i in range(6)]
+    out = tmp_path / "six.kbpack"
+    write_pack(out, [markdown_doc(f"d{i}.md", t) for i, t in enumerate(texts)])
+    monkeypatch.setattr(strings, "TEXT_CACHE_CHARS", 2 * len(texts[-1]))
+    with PackReader(out) as r:
+        for _ in range(2):
+            for i, want in enumerate(texts):
+                assert r.text(i) == want
+        kept = r.string_rows._texts
+        assert sum(map(len, kept.values())) <= strings.TEXT_CACHE_CHARS
+        assert list(kept) == [4, 5]  # the two read last
+        assert r.text(4) == texts[4] and list(kept) == [5, 4]  # a hit moves to the end
+        r.forget_text(4)
+        assert list(kept) == [5] and r.string_rows._text_chars == len(texts[5])
