@@ -49,8 +49,17 @@ def pack(tmp_path_factory: pytest.TempPathFactory, wide_model: Path) -> Path:
 
 
 def workers_of(pid: int) -> set[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return {int(p) for p in path.read_text().split()} if path.exists() else set()
+    """Live children of ``pid`` (from each process's stat: /proc/PID/task/PID/children needs
+    a kernel option not every kernel has)."""
+    kids: set[int] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.add(int(stat.parent.name))
+    return kids
 
 
 def alive(pid: int) -> bool:
@@ -103,10 +112,14 @@ def test_a_worker_that_dies_is_replaced_and_ctrl_c_stops_them_all(pack: Path) ->
         first = workers_of(s.proc.pid)
         victim = min(first)
         os.kill(victim, signal.SIGKILL)
-        wait_for(
-            "a new worker in place of the killed one",
-            lambda: len(workers_of(s.proc.pid)) == 2 and victim not in workers_of(s.proc.pid),
-        )
+
+        def replaced() -> bool:
+            now = workers_of(
+                s.proc.pid
+            )  # one look: two live workers, the killed one not among them
+            return len(now) == 2 and victim not in now
+
+        wait_for("a new worker in place of the killed one", replaced)
         for _ in range(4):
             assert fresh_get(s, {"q": "centrifugal pump", "mode": "bm25"})["results"]
         now = workers_of(s.proc.pid)
