@@ -165,6 +165,7 @@ class Embedder:
             raise ValueError(f"contexts must be 1 or more, not {contexts}")
         self.contexts: int = min(contexts or min(self.threads, MAX_CONTEXTS), self.threads)
         self._context_threads = max(1, self.threads // self.contexts)
+        self._made_for = (self.threads, self.contexts)  # what ``share`` may give back
         # n_ctx bounds the tokens of one llama_decode; all of them must fit in one ubatch.
         self._n_ctx = context_tokens(self.window, positions)
         self._batch_tokens = min(BATCH_TOKENS, self._n_ctx)
@@ -197,6 +198,15 @@ class Embedder:
             extra.close()
         self._extra.clear()
         self._llm.close()
+
+    def share(self, threads: int) -> None:
+        """Use at most ``threads`` CPU threads, and so contexts, from now on: a server's
+        worker process, forked with this embedder, gets its share of the cores (contexts are
+        made when calls need them, so after the fork, in each worker). Contexts already made
+        stay."""
+        with self._pool:
+            self.threads = max(1, min(threads, self._made_for[0]))
+            self.contexts = max(self._made, min(self._made_for[1], self.threads))
 
     @property
     def contexts_made(self) -> int:

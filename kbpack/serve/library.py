@@ -327,6 +327,15 @@ class Library:
         (``kbpack.serve.workers``); ``refresh`` only shows the supervisor's notes."""
         self._board = board
 
+    def share_cores(self, workers: int) -> None:
+        """In each of ``workers`` worker processes: its embedders use its share of the cores
+        (at least one), so that all the workers together make one llama.cpp context per core,
+        not one per core each (~37 MB each on MiniLM)."""
+        share = max(1, available_threads() // max(1, workers))
+        for embedder, _ in self._embedders.values():
+            if embedder is not None and hasattr(embedder, "share"):
+                embedder.share(share)
+
     def refresh(self) -> list[threading.Thread]:
         """Notice packs whose file changed at their path; check each new file in a thread.
         Costs one ``stat`` per pack, so every request calls it. Returns the threads started."""

@@ -308,6 +308,7 @@ class Workers:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.default_int_handler)
             self.library.follow(self.board)
+            self.library.share_cores(self.count)
             _die_with(parent)
             self.serve()
             code = 0

@@ -241,3 +241,28 @@ def test_the_default_contexts_are_capped_on_a_many_core_machine(tiny_model: Path
         assert e.contexts == 32
     finally:
         e.close()
+
+
+def test_a_share_of_the_cores_caps_the_contexts(reference: Embedder, tiny_model: Path) -> None:
+    """``share(n)``: a server's worker process uses its share of the cores: concurrent callers
+    then take turns on at most n contexts, with the vectors of a lone caller."""
+    e = Embedder(tiny_model, threads=4)
+    e.share(1)
+    jobs = [texts(3, salt=j) for j in range(6)]
+    want = [reference.embed(j).tobytes() for j in jobs]
+    got: dict[int, bytes] = {}
+    start = threading.Barrier(len(jobs))
+
+    def caller(j: int) -> None:
+        start.wait()
+        got[j] = e.embed(jobs[j]).tobytes()
+
+    threads = [threading.Thread(target=caller, args=(j,)) for j in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got[j] for j in range(len(jobs))] == want
+    assert e.contexts_made == 1 and e.threads == 1
+    e.share(8)  # a larger share: never more than the embedder was made for
+    assert (e.threads, e.contexts) == (4, 4)
