@@ -397,7 +397,7 @@ class Bf16Rows:
     rows: 8.6 vs 25 ms a query, bench/RESULTS.md "Serve in batches"), for the same bytes; a
     float32 copy is multiplied with a whole batch at once by BLAS but reads 4 bytes a number
     for every batch (~90 ms for any batch of up to 8 here). The estimates are only a filter:
-    ``bf16_error`` bounds their distance from the exact float32 re-score, and
+    ``bound`` bounds their distance from the exact float32 re-score, and
     ``DenseScores.top`` re-scores every row within twice that bound of the n-th best
     (``kbpack/search/dense.py``), so what a search returns is ``kbpack query``'s, bit for bit.
     simsimd scores each pair on its own, so a query's estimates are also the same bits alone

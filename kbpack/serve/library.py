@@ -333,7 +333,7 @@ class Library:
         not one per core each (~37 MB each on MiniLM)."""
         share = max(1, available_threads() // max(1, workers))
         for embedder, _ in self._embedders.values():
-            if embedder is not None and hasattr(embedder, "share"):
+            if hasattr(embedder, "share"):  # (None, a pack without vectors: no)
                 embedder.share(share)
 
     def refresh(self) -> list[threading.Thread]:

@@ -230,14 +230,8 @@ class Workers:
 
     def _reap(self) -> None:
         for pid, kill_at in list(self.draining.items()):
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                    if time.monotonic() < kill_at:
-                        continue
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-            del self.draining[pid]
+            if _ended(pid, kill_at):
+                del self.draining[pid]
         for pid in list(self.pids):
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
@@ -269,20 +263,7 @@ class Workers:
         deadline = time.monotonic() + STOP_S
         left = set(pids)
         while left:
-            for pid in list(left):
-                try:
-                    done, _ = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    done = pid
-                if done:
-                    left.discard(pid)
-            if left and time.monotonic() > deadline:
-                for pid in left:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                    with contextlib.suppress(OSError):
-                        os.waitpid(pid, 0)
-                left.clear()
+            left = {pid for pid in left if not _ended(pid, deadline)}
             if left:
                 time.sleep(0.02)
         self.pids -= pids
@@ -323,6 +304,23 @@ class Workers:
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
+
+
+def _ended(pid: int, kill_at: float) -> bool:
+    """Whether worker ``pid`` has ended (and is reaped); one still running past ``kill_at``
+    is killed and reaped."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return True
+    except ChildProcessError:
+        return True
+    if time.monotonic() < kill_at:
+        return False
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.waitpid(pid, 0)
+    return True
 
 
 def _die_with(parent: int) -> None:
