@@ -41,6 +41,7 @@ from typing import Any
 
 from kbpack.errors import KbpackError, describe
 from kbpack.runtime.child import how_it_ended
+from kbpack.runtime.terminal import printable
 
 POLL_S = 0.5  # how often the supervisor looks at the pack files and its workers
 STOP_S = 10.0  # a stopping worker's time to finish its requests (uvicorn's own grace is 5 s)
@@ -298,7 +299,8 @@ class Workers:
         except BaseException as e:
             why = str(e) if isinstance(e, KbpackError) else describe(e)
             with contextlib.suppress(Exception):
-                print(f"kbpack serve: worker {os.getpid()}: {why}", file=sys.stderr, flush=True)
+                line = printable(f"kbpack serve: worker {os.getpid()}: {why}")  # (a pack's text)
+                print(line, file=sys.stderr, flush=True)
         finally:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
